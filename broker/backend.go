@@ -1,0 +1,139 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+)
+
+// Errors every Backend reports the same way, so callers and the conformance
+// suite can check them with errors.Is whatever the transport.
+var (
+	// ErrClosed: the backend (or the consumer) was closed; nothing was done.
+	ErrClosed = errors.New("broker: backend is closed")
+	// ErrUnknownQueue: a wait was asked for a queue that was never declared
+	// through this backend, so its hold queue's durability and release target
+	// would be guesses.
+	ErrUnknownQueue = errors.New("broker: queue was not declared through this backend")
+	// ErrUnroutable: the broker returned the message because no queue of
+	// that name exists. It was not published.
+	ErrUnroutable = errors.New("broker: message is unroutable (no such queue)")
+	// ErrNoQueue: a consumer was asked for a queue that does not exist.
+	ErrNoQueue = errors.New("broker: no such queue")
+	// ErrPreconditionFailed: a queue exists with other arguments than the
+	// declaration asks for (RabbitMQ's PRECONDITION_FAILED).
+	ErrPreconditionFailed = errors.New("broker: queue exists with different arguments")
+	// ErrStaleDelivery: the delivery belongs to a consumer that has ended;
+	// the broker has already taken it back, so settling it again is refused
+	// rather than sent on another consumer's channel.
+	ErrStaleDelivery = errors.New("broker: delivery belongs to a consumer that has ended")
+	// ErrAlreadySettled: the delivery was acked, rejected or requeued before.
+	ErrAlreadySettled = errors.New("broker: delivery was already settled")
+)
+
+// QueueSpec is what a backend needs to declare one work queue and its dead
+// letter queue. Names are full broker names (prefix included).
+type QueueSpec struct {
+	// Name is the work queue's broker name.
+	Name string
+	// MaxPriority is the x-max-priority argument; 0 declares a plain FIFO
+	// queue without priorities.
+	MaxPriority uint8
+	// Durable queues (and their hold queues) survive a broker restart.
+	Durable bool
+	// MessageTTL, when positive, is the queue-wide x-message-ttl.
+	MessageTTL time.Duration
+}
+
+// Message is one publish: an encoded envelope and the properties that mirror
+// it on the wire (SPEC §7).
+type Message struct {
+	// Queue is the work queue the message is for (never a hold or dead queue).
+	Queue string
+	// ID is the message id: the job id.
+	ID string
+	// Type is the job kind.
+	Type string
+	// Priority is the AMQP priority; the broker caps it at the queue's maximum.
+	Priority uint8
+	// Attempt and Deferrals mirror the envelope in the x-attempt and
+	// x-deferrals headers; they are informational.
+	Attempt   uint32
+	Deferrals uint32
+	// Headers are extra string headers (trace context, for instance).
+	Headers map[string]string
+	// Body is the encoded envelope, or for a malformed delivery the raw bytes.
+	Body []byte
+}
+
+// DeadLetter is a message moved to a queue's dead-letter queue, with why.
+type DeadLetter struct {
+	Message
+	// Reason says why the message was dead-lettered.
+	Reason string
+}
+
+// Backend is the transport: where messages are declared, published, held and
+// consumed. Implementations are safe for concurrent use.
+type Backend interface {
+	// Name identifies the messaging system: "memory" or "rabbitmq".
+	Name() string
+	// Declare creates the work queues and their dead-letter queues. It is
+	// idempotent, and it is what makes a queue known for Hold.
+	Declare(ctx context.Context, queues ...QueueSpec) error
+	// Publish puts msg on msg.Queue and returns once the broker has
+	// confirmed it. A message nobody could route is an ErrUnroutable error.
+	Publish(ctx context.Context, msg Message) error
+	// Hold publishes msg into the hold queue HoldQueueName(msg.Queue, ttl):
+	// after exactly ttl it lands on msg.Queue with msg.Priority. ttl is
+	// already rounded and checked by HoldTTL. A queue not declared through
+	// this backend gives ErrUnknownQueue.
+	Hold(ctx context.Context, msg Message, ttl time.Duration) error
+	// DeadLetter publishes dl to the dead-letter queue of dl.Queue with the
+	// reason in its headers, confirmed.
+	DeadLetter(ctx context.Context, dl DeadLetter) error
+	// Consume starts a consumer on queue holding at most prefetch unsettled
+	// deliveries (prefetch ≥ 1).
+	Consume(ctx context.Context, queue string, prefetch int) (Consumer, error)
+	// Close ends every consumer and refuses later calls with ErrClosed.
+	Close() error
+}
+
+// Consumer receives deliveries from one queue.
+type Consumer interface {
+	// Deliveries yields deliveries until the consumer ends; then it is closed.
+	Deliveries() <-chan Delivery
+	// Err says why the consumer ended: nil after Cancel, else the cause
+	// (ErrClosed, a lost connection). Valid once Deliveries is closed.
+	Err() error
+	// Cancel stops the consumer. Deliveries not yet settled go back to the
+	// queue, as they would when a broker channel closes.
+	Cancel()
+}
+
+// Delivery is one received message. Exactly one settle call succeeds.
+type Delivery interface {
+	// Message is what was received. For a body that is not a valid
+	// envelope, only Body and Queue are meaningful.
+	Message() Message
+	// Redelivered reports that the broker delivered this message before.
+	Redelivered() bool
+	// Ack settles the delivery as done.
+	Ack(ctx context.Context) error
+	// Requeue gives the delivery back to the queue, to its front.
+	Requeue(ctx context.Context) error
+}
+
+// DeadLetterHeaders are the headers a dead-lettered message carries: its
+// own, plus the reason, the original queue and the attempts made.
+func DeadLetterHeaders(dl DeadLetter) map[string]string {
+	h := make(map[string]string, len(dl.Headers)+3)
+	for k, v := range dl.Headers {
+		h[k] = v
+	}
+	h[HeaderDeathReason] = dl.Reason
+	h[HeaderOriginalQueue] = dl.Queue
+	h[HeaderAttempts] = strconv.FormatUint(uint64(dl.Attempt), 10)
+	return h
+}

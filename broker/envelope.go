@@ -1,0 +1,253 @@
+package broker
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// ErrMalformed: a message body is not a valid envelope. Decode errors are
+// *MalformedError values, which match it with errors.Is.
+var ErrMalformed = errors.New("broker: malformed envelope")
+
+// Envelope is the JSON body of every message, the wire format shared with
+// the Rust queuey crate. Fields are encoded in declaration order; new fields
+// may only be added, and must decode as their zero value when missing, so
+// older and newer processes keep reading each other's messages.
+type Envelope struct {
+	// JobID identifies the job, a UUID v4 string. It is made at the first
+	// enqueue and kept across retries and deferrals.
+	JobID string `json:"job_id"`
+	// JobType is the job kind, the name handlers are registered under.
+	JobType string `json:"job_type"`
+	// Queue is the work queue's broker name, never a hold or dead queue.
+	Queue string `json:"queue"`
+	// Attempt counts deliveries that may run the handler, from 1.
+	Attempt uint32 `json:"attempt"`
+	// EnqueuedAtMs is the unix time in milliseconds of the first enqueue;
+	// retries and deferrals keep it.
+	EnqueuedAtMs uint64 `json:"enqueued_at_ms"`
+	// Deferrals counts handler deferrals; it carries across retries. Bodies
+	// written without it decode as 0.
+	Deferrals uint32 `json:"deferrals"`
+	// Priority is the priority the message is published with. Bodies
+	// written without it decode as 0.
+	Priority uint8 `json:"priority"`
+	// Payload is the job's JSON. Copies of an envelope share these bytes;
+	// treat them as read-only.
+	Payload json.RawMessage `json:"payload"`
+	// CorrelationID optionally ties the job to a request or trace; it is
+	// left out of the JSON when empty.
+	CorrelationID string `json:"correlation_id,omitempty"`
+}
+
+// MalformedError says which field made DecodeEnvelope refuse a body. It
+// matches ErrMalformed with errors.Is and unwraps to the JSON error, if any.
+type MalformedError struct {
+	// Field is the JSON field at fault; empty when the body as a whole is
+	// not a JSON object.
+	Field string
+	// Reason says what is wrong with the field (or the body).
+	Reason string
+	// Err is the underlying JSON error, or nil.
+	Err error
+}
+
+// Error reads "broker: malformed envelope: <field> <reason>[: <json error>]".
+func (e *MalformedError) Error() string {
+	msg := "broker: malformed envelope: "
+	if e.Field != "" {
+		msg += e.Field + " "
+	}
+	msg += e.Reason
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Is reports target == ErrMalformed.
+func (e *MalformedError) Is(target error) bool { return target == ErrMalformed }
+
+// Unwrap returns the underlying JSON error, or nil.
+func (e *MalformedError) Unwrap() error { return e.Err }
+
+// NewJobID returns a random UUID v4 in its canonical lower-case form,
+// 8-4-4-4-12 hex digits.
+func NewJobID() string {
+	var u [16]byte
+	_, _ = rand.Read(u[:])  // crypto/rand.Read never fails; it crashes the program instead
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // RFC 9562 variant
+	var s [36]byte
+	hex.Encode(s[0:8], u[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], u[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], u[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], u[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:], u[10:])
+	return string(s[:])
+}
+
+// NewEnvelope starts a job's first attempt: a fresh job id, attempt 1, no
+// deferrals, priority 0, enqueued now (clamped to the epoch for earlier
+// times). A nil payload is encoded as JSON null.
+func NewEnvelope(jobType, queue string, payload json.RawMessage, now time.Time) Envelope {
+	return Envelope{
+		JobID:        NewJobID(),
+		JobType:      jobType,
+		Queue:        queue,
+		Attempt:      1,
+		EnqueuedAtMs: uint64(max(now.UnixMilli(), 0)),
+		Payload:      payload,
+	}
+}
+
+// NextAttempt is the envelope a retry publishes: attempt + 1 and priority 0
+// (a deferral's top priority lasts one round); the deferral count and
+// everything else are kept. e itself is unchanged.
+func (e Envelope) NextAttempt() Envelope {
+	if e.Attempt < math.MaxUint32 {
+		e.Attempt++
+	}
+	e.Priority = 0
+	return e
+}
+
+// Deferred is the envelope a deferral publishes: deferrals + 1 and the given
+// priority; the attempt and everything else are kept, since a deferral costs
+// no attempt. e itself is unchanged.
+func (e Envelope) Deferred(priority uint8) Envelope {
+	if e.Deferrals < math.MaxUint32 {
+		e.Deferrals++
+	}
+	e.Priority = priority
+	return e
+}
+
+// EnqueuedAt is the time of the first enqueue, to the millisecond.
+func (e Envelope) EnqueuedAt() time.Time {
+	return time.UnixMilli(int64(min(e.EnqueuedAtMs, math.MaxInt64)))
+}
+
+// Encode returns the JSON body: fields in declaration order, no HTML
+// escaping and no trailing newline, as serde_json writes it. The payload is
+// compacted. Encode does not validate the envelope; it fails only when the
+// payload is not valid JSON.
+func (e Envelope) Encode() ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(e); err != nil {
+		return nil, fmt.Errorf("broker: encode envelope of job %q: %w", e.JobID, err)
+	}
+	b := buf.Bytes()
+	return b[:len(b)-1], nil // Encoder.Encode ends with a newline
+}
+
+// Message encodes the envelope into a publish whose properties mirror it:
+// queue, message id, type, priority, attempt and deferrals. Headers are nil.
+func (e Envelope) Message() (Message, error) {
+	body, err := e.Encode()
+	if err != nil {
+		return Message{}, err
+	}
+	return Message{
+		Queue:     e.Queue,
+		ID:        e.JobID,
+		Type:      e.JobType,
+		Priority:  e.Priority,
+		Attempt:   e.Attempt,
+		Deferrals: e.Deferrals,
+		Body:      body,
+	}, nil
+}
+
+// DecodeEnvelope parses a message body. It refuses, with a *MalformedError
+// wrapping ErrMalformed that names the field, a body that is not a JSON
+// object, a job_id that is not a UUID (8-4-4-4-12 hex digits, any case and
+// version), a missing or empty job_type or queue, a missing enqueued_at_ms,
+// an attempt that is missing or 0, a missing payload, and any field of the
+// wrong JSON type. Missing deferrals and priority decode as 0, as bodies
+// written before those fields existed lack them. Field names match exactly,
+// as in serde, and unknown fields are ignored so newer writers stay
+// readable. The payload is copied out of body, verbatim.
+func DecodeEnvelope(body []byte) (Envelope, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return Envelope{}, &MalformedError{Reason: "body is not a JSON object", Err: err}
+	}
+	if fields == nil { // the body was null
+		return Envelope{}, &MalformedError{Reason: "body is not a JSON object: it is null"}
+	}
+	var e Envelope
+	type field struct {
+		name     string
+		dst      any
+		kind     string
+		required bool
+	}
+	for _, f := range []field{
+		{"job_id", &e.JobID, "string", true},
+		{"job_type", &e.JobType, "string", true},
+		{"queue", &e.Queue, "string", true},
+		{"attempt", &e.Attempt, "uint32", true},
+		{"enqueued_at_ms", &e.EnqueuedAtMs, "uint64", true},
+		{"deferrals", &e.Deferrals, "uint32", false},
+		{"priority", &e.Priority, "uint8", false},
+		{"payload", &e.Payload, "JSON value", true},
+		{"correlation_id", &e.CorrelationID, "string", false},
+	} {
+		raw, ok := fields[f.name]
+		if !ok {
+			if f.required {
+				return Envelope{}, &MalformedError{Field: f.name, Reason: "is missing"}
+			}
+			continue
+		}
+		if err := json.Unmarshal(raw, f.dst); err != nil {
+			return Envelope{}, &MalformedError{Field: f.name, Reason: "is not a " + f.kind, Err: err}
+		}
+	}
+	switch {
+	case !isUUID(e.JobID):
+		return Envelope{}, &MalformedError{Field: "job_id", Reason: fmt.Sprintf("%q is not a UUID", e.JobID)}
+	case e.JobType == "":
+		return Envelope{}, &MalformedError{Field: "job_type", Reason: "is empty"}
+	case e.Queue == "":
+		return Envelope{}, &MalformedError{Field: "queue", Reason: "is empty"}
+	case e.Attempt == 0:
+		return Envelope{}, &MalformedError{Field: "attempt", Reason: "is 0; attempts count from 1"}
+	}
+	return e, nil
+}
+
+// isUUID reports whether s is a UUID in the hyphenated 8-4-4-4-12 form, the
+// form the Rust crate writes. Version and variant are not checked.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,479 @@
+package memory
+
+import (
+	"cmp"
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/queuey-go/queuey/broker"
+)
+
+// Options configures a Backend. The zero value (or nil) is ready to use.
+type Options struct {
+	// Clock drives hold-queue expiry. Default: the real clock.
+	Clock clock.Clock
+}
+
+// Backend is the in-memory broker. Create it with New.
+type Backend struct {
+	clock clock.Clock
+
+	mu      sync.Mutex
+	closed  bool
+	queues  map[string]*queue
+	held    holdHeap
+	timer   *clock.Timer
+	timerAt time.Time
+	seq     uint64 // orders messages as they land on a queue
+	tag     uint64 // delivery tags
+}
+
+var _ broker.Backend = (*Backend)(nil)
+
+// New returns an empty backend.
+func New(opts *Options) *Backend {
+	b := &Backend{queues: map[string]*queue{}}
+	if opts != nil {
+		b.clock = opts.Clock
+	}
+	if b.clock == nil {
+		b.clock = clock.New()
+	}
+	return b
+}
+
+type queue struct {
+	spec      broker.QueueSpec
+	declared  bool        // through Declare (dead queues are made alongside)
+	levels    [][]*stored // index = priority level; FIFO within a level
+	consumers []*consumer
+	next      int // round-robin position among consumers
+	acked     []broker.Message
+}
+
+type stored struct {
+	msg         broker.Message
+	seq         uint64
+	redelivered bool
+}
+
+type held struct {
+	due  time.Time
+	seq  uint64
+	hold string // hold queue name
+	msg  broker.Message
+}
+
+type holdHeap []*held
+
+func (h holdHeap) Len() int { return len(h) }
+func (h holdHeap) Less(i, j int) bool {
+	if c := h[i].due.Compare(h[j].due); c != 0 {
+		return c < 0
+	}
+	return h[i].seq < h[j].seq
+}
+func (h holdHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *holdHeap) Push(x any)   { *h = append(*h, x.(*held)) }
+func (h *holdHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// Name reports "memory".
+func (b *Backend) Name() string { return "memory" }
+
+// Declare creates each work queue and its dead-letter queue. Declaring a
+// queue again with the same arguments keeps its messages; with different
+// arguments it fails with broker.ErrPreconditionFailed, as RabbitMQ does.
+func (b *Backend) Declare(ctx context.Context, specs ...broker.QueueSpec) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, s := range specs {
+		if err := broker.ValidateQueueName(s.Name); err != nil {
+			return err
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return broker.ErrClosed
+	}
+	for _, s := range specs {
+		if q, ok := b.queues[s.Name]; ok && q.declared && q.spec != s {
+			return fmt.Errorf("%w: queue %q was declared with max priority %d, durable %t, message ttl %v; "+
+				"this declaration asks for max priority %d, durable %t, message ttl %v: "+
+				"drain and delete the queue, or declare it as it is",
+				broker.ErrPreconditionFailed, s.Name, q.spec.MaxPriority, q.spec.Durable, q.spec.MessageTTL,
+				s.MaxPriority, s.Durable, s.MessageTTL)
+		}
+	}
+	for _, s := range specs {
+		b.queueLocked(s).declared = true
+		dead := broker.DeadQueueName(s.Name)
+		if _, ok := b.queues[dead]; !ok {
+			b.queueLocked(broker.QueueSpec{Name: dead, Durable: true})
+		}
+	}
+	return nil
+}
+
+func (b *Backend) queueLocked(s broker.QueueSpec) *queue {
+	q, ok := b.queues[s.Name]
+	if !ok {
+		q = &queue{spec: s, levels: make([][]*stored, int(s.MaxPriority)+1)}
+		b.queues[s.Name] = q
+	}
+	return q
+}
+
+// Publish puts msg on its queue. A queue that does not exist returns the
+// message as broker.ErrUnroutable, as a mandatory publish on RabbitMQ would.
+func (b *Backend) Publish(ctx context.Context, msg broker.Message) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return broker.ErrClosed
+	}
+	q, ok := b.queues[msg.Queue]
+	if !ok {
+		return fmt.Errorf("%w: publish to %q", broker.ErrUnroutable, msg.Queue)
+	}
+	b.releaseDueLocked()
+	b.landLocked(q, msg)
+	b.dispatchLocked(q)
+	return nil
+}
+
+// Hold keeps msg in the hold queue for ttl, then lands it on msg.Queue.
+func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if ttl <= 0 || ttl%time.Millisecond != 0 || ttl > broker.MaxHoldMs*time.Millisecond {
+		return fmt.Errorf("%w: hold ttl %v is not a whole number of milliseconds in (0, %dms]",
+			broker.ErrInvalidDelay, ttl, broker.MaxHoldMs)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return broker.ErrClosed
+	}
+	if q, ok := b.queues[msg.Queue]; !ok || !q.declared {
+		return fmt.Errorf("%w: hold for %q", broker.ErrUnknownQueue, msg.Queue)
+	}
+	b.releaseDueLocked()
+	b.seq++
+	heap.Push(&b.held, &held{
+		due:  b.clock.Now().Add(ttl),
+		seq:  b.seq,
+		hold: broker.HoldQueueName(msg.Queue, ttl),
+		msg:  msg,
+	})
+	b.armLocked()
+	return nil
+}
+
+// DeadLetter puts dl on the dead-letter queue of dl.Queue with headers for
+// the reason, the original queue and the attempts.
+func (b *Backend) DeadLetter(ctx context.Context, dl broker.DeadLetter) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return broker.ErrClosed
+	}
+	dead := broker.DeadQueueName(dl.Queue)
+	q, ok := b.queues[dead]
+	if !ok {
+		return fmt.Errorf("%w: dead letter to %q", broker.ErrUnroutable, dead)
+	}
+	msg := dl.Message
+	msg.Headers = broker.DeadLetterHeaders(dl)
+	b.landLocked(q, msg)
+	b.dispatchLocked(q)
+	return nil
+}
+
+// landLocked puts msg on q behind everything of its level.
+func (b *Backend) landLocked(q *queue, msg broker.Message) {
+	b.seq++
+	lvl := q.level(msg.Priority)
+	q.levels[lvl] = append(q.levels[lvl], &stored{msg: msg, seq: b.seq})
+}
+
+// level is where a priority lands: RabbitMQ treats a priority above the
+// queue's maximum as the maximum, and ignores it on a queue without one.
+func (q *queue) level(p uint8) int { return int(min(p, q.spec.MaxPriority)) }
+
+// returnLocked puts a message that was delivered but not settled back in
+// its original place: before every message of its level that came later.
+func (q *queue) returnLocked(s *stored) {
+	s.redelivered = true
+	lvl := q.level(s.msg.Priority)
+	at, _ := slices.BinarySearchFunc(q.levels[lvl], s.seq, func(e *stored, seq uint64) int { return cmp.Compare(e.seq, seq) })
+	q.levels[lvl] = slices.Insert(q.levels[lvl], at, s)
+}
+
+func (q *queue) pending() int {
+	n := 0
+	for _, l := range q.levels {
+		n += len(l)
+	}
+	return n
+}
+
+func (q *queue) popLocked() *stored {
+	for lvl := len(q.levels) - 1; lvl >= 0; lvl-- {
+		if l := q.levels[lvl]; len(l) > 0 {
+			s := l[0]
+			l[0] = nil
+			q.levels[lvl] = l[1:]
+			return s
+		}
+	}
+	return nil
+}
+
+// dispatchLocked hands q's messages to its consumers, round-robin, while
+// one of them has room under its prefetch.
+func (b *Backend) dispatchLocked(q *queue) {
+	for len(q.consumers) > 0 && q.pending() > 0 {
+		var c *consumer
+		for i := range q.consumers {
+			cand := q.consumers[(q.next+i)%len(q.consumers)]
+			if len(cand.unacked) < cand.prefetch {
+				c = cand
+				q.next = (q.next + i + 1) % len(q.consumers)
+				break
+			}
+		}
+		if c == nil {
+			return
+		}
+		s := q.popLocked()
+		b.tag++
+		d := &delivery{c: c, tag: b.tag, s: s}
+		c.unacked[d.tag] = d
+		c.ch <- d // never blocks: the buffer holds prefetch and unacked < prefetch
+	}
+}
+
+// releaseDueLocked lands every held message whose time has come.
+func (b *Backend) releaseDueLocked() {
+	now := b.clock.Now()
+	touched := map[*queue]bool{}
+	for len(b.held) > 0 && !b.held[0].due.After(now) {
+		h := heap.Pop(&b.held).(*held)
+		q := b.queues[h.msg.Queue]
+		b.landLocked(q, h.msg)
+		touched[q] = true
+	}
+	for q := range touched {
+		b.dispatchLocked(q)
+	}
+	if len(touched) > 0 {
+		b.armLocked()
+	}
+}
+
+// armLocked keeps one clock timer set for the earliest held message.
+func (b *Backend) armLocked() {
+	if len(b.held) == 0 || b.closed {
+		if b.timer != nil {
+			b.timer.Stop()
+			b.timer = nil
+		}
+		return
+	}
+	due := b.held[0].due
+	if b.timer != nil && b.timerAt.Equal(due) {
+		return
+	}
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	b.timerAt = due
+	b.timer = b.clock.AfterFunc(due.Sub(b.clock.Now()), b.onTimer)
+}
+
+func (b *Backend) onTimer() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	b.timer = nil
+	b.releaseDueLocked()
+	b.armLocked()
+}
+
+// Consume starts a consumer holding at most prefetch unsettled deliveries.
+// ctx bounds only the start; the consumer lives until Cancel or Close.
+func (b *Backend) Consume(ctx context.Context, queueName string, prefetch int) (broker.Consumer, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if prefetch < 1 {
+		return nil, fmt.Errorf("memory: consume %q: prefetch %d must be at least 1", queueName, prefetch)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, broker.ErrClosed
+	}
+	q, ok := b.queues[queueName]
+	if !ok {
+		return nil, fmt.Errorf("%w: consume %q", broker.ErrNoQueue, queueName)
+	}
+	c := &consumer{b: b, q: q, prefetch: prefetch, ch: make(chan broker.Delivery, prefetch), unacked: map[uint64]*delivery{}}
+	q.consumers = append(q.consumers, c)
+	b.releaseDueLocked()
+	b.dispatchLocked(q)
+	return c, nil
+}
+
+// Close ends every consumer and refuses later calls with broker.ErrClosed.
+// Held messages are dropped with the backend.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	b.armLocked()
+	for _, q := range b.queues {
+		for _, c := range slices.Clone(q.consumers) {
+			c.endLocked(broker.ErrClosed)
+		}
+	}
+	return nil
+}
+
+type consumer struct {
+	b        *Backend
+	q        *queue
+	prefetch int
+	ch       chan broker.Delivery
+	unacked  map[uint64]*delivery
+	ended    bool
+	err      error
+}
+
+func (c *consumer) Deliveries() <-chan broker.Delivery { return c.ch }
+
+func (c *consumer) Err() error {
+	c.b.mu.Lock()
+	defer c.b.mu.Unlock()
+	return c.err
+}
+
+// Cancel ends the consumer; its unsettled deliveries return to the queue in
+// their original order, marked redelivered.
+func (c *consumer) Cancel() {
+	c.b.mu.Lock()
+	defer c.b.mu.Unlock()
+	c.endLocked(nil)
+	c.b.dispatchLocked(c.q)
+}
+
+func (c *consumer) endLocked(err error) {
+	if c.ended {
+		return
+	}
+	c.ended, c.err = true, err
+	close(c.ch)
+	c.q.consumers = slices.DeleteFunc(c.q.consumers, func(o *consumer) bool { return o == c })
+	c.q.next = 0
+	if c.b.closed {
+		return
+	}
+	for _, d := range c.unacked {
+		c.q.returnLocked(d.s)
+	}
+	clear(c.unacked)
+}
+
+type delivery struct {
+	c       *consumer
+	tag     uint64
+	s       *stored
+	settled bool
+}
+
+func (d *delivery) Message() broker.Message { return d.s.msg }
+func (d *delivery) Redelivered() bool       { return d.s.redelivered }
+
+// settle checks that d may still be settled and removes it from its consumer.
+func (d *delivery) settleLocked() error {
+	switch {
+	case d.settled:
+		return broker.ErrAlreadySettled
+	case d.c.b.closed:
+		return broker.ErrClosed
+	case d.c.ended:
+		return broker.ErrStaleDelivery
+	}
+	d.settled = true
+	delete(d.c.unacked, d.tag)
+	return nil
+}
+
+func (d *delivery) Ack(ctx context.Context) error {
+	b := d.c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := d.settleLocked(); err != nil {
+		return err
+	}
+	d.c.q.acked = append(d.c.q.acked, d.s.msg)
+	b.dispatchLocked(d.c.q)
+	return nil
+}
+
+func (d *delivery) Requeue(ctx context.Context) error {
+	b := d.c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := d.settleLocked(); err != nil {
+		return err
+	}
+	d.c.q.returnLocked(d.s)
+	b.dispatchLocked(d.c.q)
+	return nil
+}
+
+// ErrDisconnected is the Err of a consumer ended by Disconnect.
+var ErrDisconnected = errors.New("memory: consumer disconnected")
+
+// Disconnect ends every consumer of queue as a lost broker channel would:
+// their unsettled deliveries go back to the queue, later settles of them
+// fail with broker.ErrStaleDelivery, and Err reports ErrDisconnected. It is
+// for fault-injection tests.
+func (b *Backend) Disconnect(queue string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q, ok := b.queues[queue]
+	if !ok {
+		return
+	}
+	for _, c := range slices.Clone(q.consumers) {
+		c.endLocked(ErrDisconnected)
+	}
+}

@@ -1,0 +1,233 @@
+package queuey_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/queuey-go/queuey"
+	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/broker/memory"
+	"github.com/queuey-go/queuey/clocktest"
+)
+
+// Scenario 7: rounding, the cap, and waits that need a declared queue.
+func TestHoldRounding(t *testing.T) {
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		ctx, id := t.Context(), mustID(t)
+		id(h.Producer.Defer(ctx, alphaJob{named("a")}, 29200*time.Millisecond))
+		id(h.Producer.Defer(ctx, alphaJob{named("b")}, 30*time.Second))
+		if got, want := h.Backend.HoldQueues(qAlpha), map[string]int{"test.alpha.deferred.30000": 2}; !equalMaps(got, want) {
+			t.Fatalf("hold queues: got %v, want %v", got, want)
+		}
+		h.Clock.Add(30*time.Second - time.Millisecond)
+		if got := h.Backend.Pending(qAlpha); got != 0 {
+			t.Fatalf("pending one tick before the rounded delay: got %d, want 0", got)
+		}
+		h.Clock.Add(time.Millisecond)
+		if got := h.Backend.Pending(qAlpha); got != 2 {
+			t.Fatalf("pending at the rounded delay: got %d, want 2", got)
+		}
+
+		_, err := h.Producer.Defer(ctx, alphaJob{named("too late")}, 25*24*time.Hour)
+		if !errors.Is(err, queuey.ErrDelayTooLong) {
+			t.Errorf("Defer 25 days: got %v, want ErrDelayTooLong", err)
+		}
+		_, err = h.Producer.EnqueueAfter(ctx, alphaJob{named("too late")}, 25*24*time.Hour)
+		if !errors.Is(err, queuey.ErrDelayTooLong) {
+			t.Errorf("EnqueueAfter 25 days: got %v, want ErrDelayTooLong", err)
+		}
+		_, err = h.Producer.Defer(ctx, alphaJob{named("past")}, -time.Second)
+		if !errors.Is(err, queuey.ErrInvalidDelay) {
+			t.Errorf("Defer -1s: got %v, want ErrInvalidDelay", err)
+		}
+		if held := h.Backend.Held(qAlpha); held != 0 {
+			t.Errorf("held after refused delays: got %d, want 0", held)
+		}
+	})
+}
+
+func TestRetryAndDeferralGranularitiesAreSeparate(t *testing.T) {
+	set := app
+	set.RetryGranularity, set.DeferGranularity = 5*time.Second, time.Second
+	clocktest.Run(t, set, nil, func(t *testing.T, h *clocktest.Harness) {
+		ctx, id := t.Context(), mustID(t)
+		id(h.Producer.EnqueueAfter(ctx, alphaJob{named("a")}, 1200*time.Millisecond))
+		id(h.Producer.Defer(ctx, alphaJob{named("b")}, 1200*time.Millisecond))
+		want := map[string]int{"test.alpha.deferred.5000": 1, "test.alpha.deferred.2000": 1}
+		if got := h.Backend.HoldQueues(qAlpha); !equalMaps(got, want) {
+			t.Errorf("hold queues: got %v, want %v", got, want)
+		}
+	})
+}
+
+func TestAnUndeclaredProducerCannotWait(t *testing.T) {
+	backend := memory.New(nil)
+	p, err := queuey.NewUndeclaredProducer(backend, app, nil)
+	must(t, err)
+	ctx := t.Context()
+	if _, err := p.Defer(ctx, alphaJob{}, time.Second); !errors.Is(err, queuey.ErrUnknownQueue) {
+		t.Errorf("Defer: got %v, want ErrUnknownQueue", err)
+	}
+	if _, err := p.EnqueueAfter(ctx, alphaJob{}, time.Second); !errors.Is(err, queuey.ErrUnknownQueue) {
+		t.Errorf("EnqueueAfter: got %v, want ErrUnknownQueue", err)
+	}
+	if _, err := p.Enqueue(ctx, alphaJob{}); !errors.Is(err, broker.ErrUnroutable) {
+		t.Errorf("Enqueue to a queue nobody declared: got %v, want ErrUnroutable", err)
+	}
+	// Once something in the process declared the queue on this backend, the
+	// undeclared producer can wait too.
+	_, err = queuey.NewProducer(ctx, backend, app, nil)
+	must(t, err)
+	if _, err := p.Defer(ctx, alphaJob{}, time.Second); err != nil {
+		t.Errorf("Defer after the declaration: got %v, want nil", err)
+	}
+}
+
+// Scenario 8.
+func TestFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		plan       plan
+		wantRuns   []shape
+		wantReason string // "" means acked in the end
+		wantLog    string
+		wantLevel  slog.Level
+	}{
+		{"retried then succeeds", plan{Name: "flaky", Fail: 1}, []shape{{1, 0, 0}, {2, 0, 0}}, "", "job failed; retrying", slog.LevelWarn},
+		{"retries exhaust into the dead letters", plan{Name: "doomed", Fail: 99}, []shape{{1, 0, 0}, {2, 0, 0}, {3, 0, 0}},
+			"max attempts (3) exhausted after attempt 3: doomed failed on attempt 3", "job failed; giving up", slog.LevelError},
+		{"fatal dead-letters at once", plan{Name: "bad", Fatal: true}, []shape{{1, 0, 0}}, "fatal error: job failed (fatal): bad cannot be done", "job failed fatally", slog.LevelError},
+		{"a panic is retried and the worker survives", plan{Panic: 1}, []shape{{1, 0, 0}, {2, 0, 0}}, "", "handler panicked", slog.LevelError},
+		{"a success", plan{}, []shape{{1, 0, 0}}, "", "job succeeded", slog.LevelInfo},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := &logRecorder{}
+			clocktest.Run(t, app, &clocktest.Options{Logger: slog.New(logs)}, func(t *testing.T, h *clocktest.Harness) {
+				handleAll(t, h.Worker, h.Clock)
+				id := mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{tc.plan}))
+				h.Advance(time.Minute)
+				wantShapes(t, h.Log.Of(id), tc.wantRuns...)
+				dead := h.Backend.DeadLetters(qAlpha)
+				switch {
+				case tc.wantReason == "" && len(dead) != 0:
+					t.Errorf("dead letters: got %v, want none", dead)
+				case tc.wantReason != "" && (len(dead) != 1 || dead[0].Reason != tc.wantReason):
+					t.Errorf("dead letters: got %+v, want one with reason %q", dead, tc.wantReason)
+				case tc.wantReason != "" && dead[0].Attempt != uint32(len(tc.wantRuns)):
+					t.Errorf("dead letter attempt: got %d, want %d", dead[0].Attempt, len(tc.wantRuns))
+				}
+				if lvl, ok := logs.levelOf(tc.wantLog); !ok || lvl != tc.wantLevel {
+					t.Errorf("%q logged at %v (found %t), want %v", tc.wantLog, lvl, ok, tc.wantLevel)
+				}
+				if h.Backend.InFlight(qAlpha) != 0 || h.Backend.Pending(qAlpha) != 0 || h.Backend.Held(qAlpha) != 0 {
+					t.Errorf("left behind: in flight %d, pending %d, held %d", h.Backend.InFlight(qAlpha), h.Backend.Pending(qAlpha), h.Backend.Held(qAlpha))
+				}
+			})
+		})
+	}
+}
+
+func TestAJobTimeoutIsRetryable(t *testing.T) {
+	q := queuey.Queue{Name: "p", JobTimeout: 5 * time.Second, Retry: &queuey.RetryPolicy{MaxAttempts: 2}}
+	set := queuey.QueueSet{Prefix: "test", Queues: []queuey.Queue{q}}
+	clocktest.Run(t, set, nil, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j pJob, jc queuey.JobContext) error {
+			if jc.Attempt == 1 {
+				j.Block = time.Hour // ends when the timeout cancels ctx
+			}
+			return j.run(ctx, h.Clock, jc)
+		}))
+		id := mustID(t)(h.Producer.Enqueue(t.Context(), pJob{}))
+		h.Advance(5*time.Second - time.Millisecond)
+		if n := h.Log.Len(); n != 1 {
+			t.Fatalf("runs before the timeout: got %d, want 1", n)
+		}
+		h.Advance(time.Second + time.Millisecond) // timeout, then the 1 s retry step
+		runs := h.Log.Of(id)
+		wantShapes(t, runs, shape{1, 0, 0}, shape{2, 0, 0})
+		if got := runs[1].At.Sub(runs[0].At); got != 6*time.Second {
+			t.Errorf("retry started %v after the first run, want 6s (5 s timeout + 1 s step)", got)
+		}
+		if acked := len(h.Backend.Acked("test.p")); acked != 2 {
+			t.Errorf("acked: got %d, want 2 (the timed-out run's retry, then the success)", acked)
+		}
+	})
+}
+
+func TestWhatCannotRunIsDeadLetteredAndTheHandlerNeverRuns(t *testing.T) {
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		ctx := t.Context()
+		handleAll(t, h.Worker, h.Clock)
+		mustID(t)(h.Producer.Enqueue(ctx, orphanJob{}))
+
+		wrongShape := broker.NewEnvelope("alpha_job", qAlpha, []byte(`{"name": 42}`), h.Clock.Now())
+		msg, err := wrongShape.Message()
+		must(t, err)
+		must(t, h.Backend.Publish(ctx, msg))
+
+		garbage := []byte("\x00not json at all")
+		must(t, h.Backend.Publish(ctx, broker.Message{Queue: qAlpha, Body: garbage}))
+
+		h.Advance(time.Second)
+		if n := h.Log.Len(); n != 0 {
+			t.Errorf("handler runs: got %d, want 0", n)
+		}
+		dead := h.Backend.DeadLetters(qAlpha)
+		wantPrefixes := []string{`no handler for job type "orphan_job"`, "decode error: ", "malformed envelope: "}
+		if len(dead) != len(wantPrefixes) {
+			t.Fatalf("dead letters: got %d (%+v), want %d", len(dead), dead, len(wantPrefixes))
+		}
+		for i, want := range wantPrefixes {
+			if !strings.HasPrefix(dead[i].Reason, want) {
+				t.Errorf("dead letter %d reason: got %q, want prefix %q", i, dead[i].Reason, want)
+			}
+		}
+		if string(dead[2].Body) != string(garbage) {
+			t.Errorf("malformed body: got %q, want it verbatim %q", dead[2].Body, garbage)
+		}
+		if h.Backend.Pending(qAlpha) != 0 || h.Backend.InFlight(qAlpha) != 0 {
+			t.Errorf("queue not drained: pending %d, in flight %d", h.Backend.Pending(qAlpha), h.Backend.InFlight(qAlpha))
+		}
+	})
+}
+
+func TestPerJobRetryPolicyOverridesTheQueue(t *testing.T) {
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j stubbornJob, jc queuey.JobContext) error {
+			return j.run(ctx, h.Clock, jc)
+		}))
+		id := mustID(t)(h.Producer.Enqueue(t.Context(), stubbornJob{plan{Name: "s", Fail: 99}}))
+		h.Advance(time.Minute)
+		runs := h.Log.Of(id)
+		wantShapes(t, runs, shape{1, 0, 0}, shape{2, 0, 0}) // beta alone would allow one
+		if runs[0].MaxAttempts != 2 {
+			t.Errorf("MaxAttempts: got %d, want 2", runs[0].MaxAttempts)
+		}
+		if got := runs[1].At.Sub(runs[0].At); got != 5*time.Second {
+			t.Errorf("retry came after %v, want the job's own 5s", got)
+		}
+	})
+}
+
+// stubbornJob lives on beta (no retries) but asks for two attempts 5 s apart.
+type stubbornJob struct{ plan }
+
+func (stubbornJob) Kind() string                    { return "stubborn" }
+func (stubbornJob) Queue() queuey.Queue             { return beta }
+func (stubbornJob) RetryPolicy() queuey.RetryPolicy { return queuey.FixedRetries(2, 5*time.Second) }
+
+func equalMaps(a, b map[string]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}

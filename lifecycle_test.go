@@ -1,0 +1,176 @@
+package queuey_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/queuey-go/queuey"
+	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/clocktest"
+)
+
+// Scenario 9: a graceful stop finishes what runs, gives back what waits,
+// and leaves held jobs in the broker for the next worker.
+func TestGracefulShutdown(t *testing.T) {
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{ShutdownTimeout: time.Minute}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		ctx, id := t.Context(), mustID(t)
+		handleAll(t, h.Worker, h.Clock)
+		slow := id(h.Producer.Enqueue(ctx, alphaJob{plan{Block: 10 * time.Second}}))
+		for i := range 5 {
+			id(h.Producer.Enqueue(ctx, alphaJob{named(fmt.Sprint(i))}))
+		}
+		later := id(h.Producer.Defer(ctx, alphaJob{named("later")}, time.Hour))
+		h.Start()
+		// Concurrency 1, prefetch 4: the slow job runs, three wait in the
+		// mailbox, two wait on the queue.
+		if got := h.Backend.InFlight(qAlpha); got != 4 {
+			t.Fatalf("in flight: got %d, want 4", got)
+		}
+		if err := h.Stop(); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		acked := len(h.Backend.Acked(qAlpha))
+		if acked != 1 || h.Log.Len() != 1 {
+			t.Errorf("after stop: got %d acked and %d runs, want the slow job finished: 1 and 1", acked, h.Log.Len())
+		}
+		if got, want := acked+h.Backend.Pending(qAlpha), 6; got != want {
+			t.Errorf("acked + pending: got %d, want %d (nothing lost)", got, want)
+		}
+		if got := h.Backend.InFlight(qAlpha); got != 0 {
+			t.Errorf("in flight after stop: got %d, want 0", got)
+		}
+		if got := h.Backend.Held(qAlpha); got != 1 {
+			t.Errorf("held after stop: got %d, want 1", got)
+		}
+		if runs := h.Log.Of(slow); len(runs) != 1 {
+			t.Errorf("slow job runs: got %d, want 1", len(runs))
+		}
+
+		// A new worker on the same backend picks everything up.
+		w2, err := queuey.NewWorker(h.Backend, app, &queuey.WorkerConfig{Clock: h.Clock, Logger: slog.New(slog.DiscardHandler), Middleware: []queuey.Middleware{h.Log.Middleware(h.Clock)}})
+		must(t, err)
+		handleAll(t, w2, h.Clock)
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- w2.Run(runCtx) }()
+		synctest.Wait()
+		if got := len(h.Backend.Acked(qAlpha)); got != 6 {
+			t.Errorf("acked after the second worker: got %d, want 6", got)
+		}
+		h.Clock.Add(time.Hour)
+		synctest.Wait()
+		wantShapes(t, h.Log.Of(later), shape{1, 0, 10})
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("second worker: %v", err)
+		}
+	})
+}
+
+func TestShutdownCancelsHandlersThatOutliveTheTimeout(t *testing.T) {
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{ShutdownTimeout: 5 * time.Second}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{plan{Block: time.Hour}}))
+		h.Start()
+		start := h.Clock.Now()
+		if err := h.Stop(); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		if took := h.Clock.Since(start); took < 5*time.Second || took > 10*time.Second {
+			t.Errorf("stop took %v of virtual time, want about the 5s shutdown timeout", took)
+		}
+		// The interrupted job was not its own failure: it goes back as it was.
+		if got := h.Backend.Pending(qAlpha); got != 1 {
+			t.Errorf("pending after stop: got %d, want the interrupted job back", got)
+		}
+		if dl := h.Backend.DeadLetters(qAlpha); len(dl) != 0 {
+			t.Errorf("dead letters: got %v, want none", dl)
+		}
+	})
+}
+
+// Scenario 10: a queue actor whose consumer is lost crashes; its supervisor
+// starts it again and no job is lost.
+func TestACrashedQueueActorIsRestartedWithoutLosingAJob(t *testing.T) {
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		ctx, id := t.Context(), mustID(t)
+		handleAll(t, h.Worker, h.Clock)
+		slow := id(h.Producer.Enqueue(ctx, alphaJob{plan{Block: 2 * time.Second}}))
+		var rest []string
+		for i := range 5 {
+			rest = append(rest, id(h.Producer.Enqueue(ctx, alphaJob{named(fmt.Sprint(i))})))
+		}
+		h.Start()
+		h.Backend.Disconnect(qAlpha) // the slow job is running
+		h.WaitFor("every job acked", func() bool { return len(h.Backend.Acked(qAlpha)) == 6 })
+		if got := h.Backend.Consumers(qAlpha); got != 1 {
+			t.Errorf("consumers after the restart: got %d, want 1", got)
+		}
+		// The slow job ran on, but its ack belonged to the lost consumer; the
+		// broker had taken it back, so it ran again: at least once.
+		if runs := h.Log.Of(slow); len(runs) != 2 || !runs[1].Redelivered {
+			t.Errorf("slow job runs: got %+v, want 2, the second redelivered", runs)
+		}
+		if got := h.Worker.SettleFailures(); got != 1 {
+			t.Errorf("settle failures: got %d, want 1 (the lost consumer's ack)", got)
+		}
+		for _, r := range rest {
+			if n := len(h.Log.Of(r)); n != 1 {
+				t.Errorf("job %s ran %d times, want 1", r, n)
+			}
+		}
+	})
+}
+
+func TestAClosedBackendEndsRun(t *testing.T) {
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		h.Start()
+		must(t, h.Backend.Close())
+		h.Idle()
+		if err := h.Stop(); !errors.Is(err, broker.ErrClosed) {
+			t.Errorf("Run: got %v, want an error wrapping ErrClosed", err)
+		}
+	})
+}
+
+// Scenario 11: a month of deferrals and retries of many jobs, in virtual
+// time: each of 1,000 jobs defers for a day 28 times, fails twice with an
+// hour's backoff, then succeeds, 31 runs each.
+func TestThirtyDaysOfDeferralsAndRetries(t *testing.T) {
+	const jobs = 1000
+	q := queuey.Queue{Name: "p", Prefetch: 64, Retry: &queuey.RetryPolicy{MaxAttempts: 3, Backoff: queuey.FixedBackoff(time.Hour)}}
+	set := queuey.QueueSet{Prefix: "month", Queues: []queuey.Queue{q}}
+	start := time.Now()
+	clocktest.Run(t, set, &clocktest.Options{Worker: queuey.WorkerConfig{Concurrency: 8}}, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j pJob, jc queuey.JobContext) error {
+			return j.run(ctx, h.Clock, jc)
+		}))
+		for range jobs {
+			mustID(t)(h.Producer.Enqueue(t.Context(), pJob{plan{Defers: 28, DeferFor: 24 * time.Hour, Fail: 2}}))
+		}
+		h.Advance(30 * 24 * time.Hour)
+		if got, want := h.Log.Len(), jobs*31; got != want {
+			t.Errorf("runs: got %d, want %d", got, want)
+		}
+		acked := h.Backend.Acked("month.p")
+		if len(acked) != jobs*31 {
+			t.Fatalf("acked: got %d, want %d", len(acked), jobs*31)
+		}
+		if dl := h.Backend.DeadLetters("month.p"); len(dl) != 0 {
+			t.Errorf("dead letters: got %d, want 0", len(dl))
+		}
+		if last := acked[len(acked)-1]; last.Attempt != 3 || last.Deferrals != 28 {
+			t.Errorf("last ack: attempt %d deferrals %d, want 3 and 28", last.Attempt, last.Deferrals)
+		}
+	})
+	// Outside the bubble time.Now is the wall clock again.
+	t.Logf("%d jobs, %d runs over 30 simulated days took %v of wall time", jobs, jobs*31, time.Since(start))
+}

@@ -1,0 +1,209 @@
+package queuey
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"time"
+	"unicode/utf8"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/queuey-go/queuey/broker"
+)
+
+// DefaultMaxMessageBytes is the largest encoded job a Producer sends unless
+// told otherwise: RabbitMQ's own default limit (128 MiB).
+const DefaultMaxMessageBytes = 128 << 20
+
+// ProducerConfig configures a Producer. A nil config means every default.
+type ProducerConfig struct {
+	// Clock stamps enqueue times. Default: the real clock.
+	Clock clock.Clock
+	// Logger receives debug lines for delayed publishes. Default slog.Default().
+	Logger *slog.Logger
+	// MaxMessageBytes refuses larger encoded jobs with ErrMessageTooLarge
+	// before anything is sent. Default DefaultMaxMessageBytes.
+	MaxMessageBytes int
+}
+
+// Producer publishes jobs. It is safe for concurrent use and holds no
+// goroutine: there is nothing to close.
+type Producer struct {
+	backend  broker.Backend
+	set      *queueSet
+	holder   holder
+	clock    clock.Clock
+	maxBytes int
+}
+
+// NewProducer validates set, declares every queue of it on backend, and
+// returns a producer for its jobs.
+func NewProducer(ctx context.Context, backend broker.Backend, set QueueSet, cfg *ProducerConfig) (*Producer, error) {
+	p, err := NewUndeclaredProducer(backend, set, cfg)
+	if err != nil {
+		return nil, err
+	}
+	specs := make([]broker.QueueSpec, 0, len(p.set.ordered))
+	for _, q := range p.set.ordered {
+		specs = append(specs, q.spec())
+	}
+	if err := backend.Declare(ctx, specs...); err != nil {
+		return nil, fmt.Errorf("declare queues: %w", err)
+	}
+	return p, nil
+}
+
+// NewUndeclaredProducer returns a producer that declares nothing: its
+// queues must exist already. It can Enqueue; EnqueueAfter and Defer need
+// the queue to have been declared through the same backend (by a worker or
+// another producer in this process), else they fail with ErrUnknownQueue.
+func NewUndeclaredProducer(backend broker.Backend, set QueueSet, cfg *ProducerConfig) (*Producer, error) {
+	if backend == nil {
+		return nil, fmt.Errorf("%w: nil backend", ErrInvalidQueue)
+	}
+	s, err := resolve(set)
+	if err != nil {
+		return nil, err
+	}
+	if cfg == nil {
+		cfg = &ProducerConfig{}
+	}
+	if cfg.MaxMessageBytes < 0 {
+		return nil, fmt.Errorf("%w: max message bytes %d is negative", ErrInvalidQueue, cfg.MaxMessageBytes)
+	}
+	p := &Producer{
+		backend:  backend,
+		set:      s,
+		clock:    orRealClock(cfg.Clock),
+		maxBytes: orDefault(cfg.MaxMessageBytes, DefaultMaxMessageBytes),
+	}
+	p.holder = holder{backend: backend, set: s, log: orDefaultLogger(cfg.Logger)}
+	return p, nil
+}
+
+// Enqueue publishes job to run as soon as a worker takes it, behind the
+// backlog. It returns the job id once the broker has confirmed the publish.
+func (p *Producer) Enqueue(ctx context.Context, job Job) (string, error) {
+	env, _, err := p.envelope(job)
+	if err != nil {
+		return "", err
+	}
+	msg, err := p.message(env)
+	if err != nil {
+		return "", err
+	}
+	if err := p.backend.Publish(ctx, msg); err != nil {
+		return "", fmt.Errorf("enqueue %s on %q: %w", env.JobType, env.Queue, err)
+	}
+	return env.JobID, nil
+}
+
+// EnqueueAfter publishes job to wait d (rounded up to the queue set's
+// RetryGranularity, never early) and then join the back of its queue at
+// priority 0. A delay over the longest hold (~24.8 days) is refused with
+// ErrDelayTooLong; nothing is published.
+func (p *Producer) EnqueueAfter(ctx context.Context, job Job, d time.Duration) (string, error) {
+	env, _, err := p.envelope(job)
+	if err != nil {
+		return "", err
+	}
+	return p.hold(ctx, env, d, holdDelay)
+}
+
+// Defer publishes job to wait d (rounded up to the queue set's
+// DeferGranularity, never early) and then run ahead of the backlog, at the
+// queue's top priority. The job starts with attempt 1 and no deferrals: the
+// producer scheduled it, the handler never deferred it.
+func (p *Producer) Defer(ctx context.Context, job Job, d time.Duration) (string, error) {
+	env, q, err := p.envelope(job)
+	if err != nil {
+		return "", err
+	}
+	env.Priority = q.maxPriority
+	return p.hold(ctx, env, d, holdDefer)
+}
+
+func (p *Producer) hold(ctx context.Context, env broker.Envelope, d time.Duration, kind holdKind) (string, error) {
+	msg, err := p.message(env)
+	if err != nil {
+		return "", err
+	}
+	if err := p.holder.hold(ctx, msg, d, kind); err != nil {
+		return "", fmt.Errorf("%s %s on %q: %w", kind, env.JobType, env.Queue, err)
+	}
+	return env.JobID, nil
+}
+
+func (p *Producer) envelope(job Job) (broker.Envelope, *queueConfig, error) {
+	if err := checkJob(job); err != nil {
+		return broker.Envelope{}, nil, err
+	}
+	q, err := p.set.forJob(job)
+	if err != nil {
+		return broker.Envelope{}, nil, err
+	}
+	payload, err := json.Marshal(job)
+	if err != nil {
+		return broker.Envelope{}, nil, fmt.Errorf("%w: encode %s: %v", ErrInvalidJob, job.Kind(), err)
+	}
+	return broker.NewEnvelope(job.Kind(), q.broker, payload, p.clock.Now()), q, nil
+}
+
+func (p *Producer) message(env broker.Envelope) (broker.Message, error) {
+	msg, err := env.Message()
+	if err != nil {
+		return broker.Message{}, fmt.Errorf("%w: encode envelope of %s: %v", ErrInvalidJob, env.JobType, err)
+	}
+	if len(msg.Body) > p.maxBytes {
+		return broker.Message{}, fmt.Errorf("%w: job %s encodes to %d bytes, over the limit of %d",
+			ErrMessageTooLarge, env.JobType, len(msg.Body), p.maxBytes)
+	}
+	return msg, nil
+}
+
+// checkJob refuses what would fail later in a less clear way.
+func checkJob(job Job) error {
+	if job == nil {
+		return fmt.Errorf("%w: nil job", ErrInvalidJob)
+	}
+	if v := reflect.ValueOf(job); v.Kind() == reflect.Pointer && v.IsNil() {
+		return fmt.Errorf("%w: nil %T", ErrInvalidJob, job)
+	}
+	return checkKind(job.Kind())
+}
+
+func checkKind(kind string) error {
+	switch {
+	case kind == "":
+		return fmt.Errorf("%w: empty kind", ErrInvalidJob)
+	case len(kind) > 255:
+		return fmt.Errorf("%w: kind %.40q... is %d bytes, over the 255-byte limit", ErrInvalidJob, kind, len(kind))
+	case !utf8.ValidString(kind):
+		return fmt.Errorf("%w: kind %q is not valid UTF-8", ErrInvalidJob, kind)
+	}
+	return nil
+}
+
+func orRealClock(c clock.Clock) clock.Clock {
+	if c == nil {
+		return clock.New()
+	}
+	return c
+}
+
+func orDefaultLogger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.Default()
+	}
+	return l
+}
+
+func orDefault(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}

@@ -1,0 +1,157 @@
+package queuey
+
+import (
+	"cmp"
+	"fmt"
+	"time"
+
+	"github.com/queuey-go/queuey/broker"
+)
+
+const (
+	// DefaultMaxPriority is the number of priority levels a queue gets when
+	// Queue.MaxPriority is left at zero. RabbitMQ recommends at most 10.
+	DefaultMaxPriority = 10
+	// NoPriorities, as Queue.MaxPriority, declares a plain FIFO queue:
+	// deferred jobs then come back FIFO at priority 0.
+	NoPriorities = -1
+	// DefaultPrefetch is a queue's prefetch when Queue.Prefetch is zero.
+	DefaultPrefetch = 16
+)
+
+// Queue is one named work queue and its settings. The zero value of every
+// field but Name means its documented default.
+type Queue struct {
+	// Name is the queue's name within its QueueSet; the broker name is
+	// "<prefix>.<name>" when the set has a prefix.
+	Name string
+	// Prefetch bounds the deliveries a worker holds for this queue, running
+	// or waiting in the queue actor's mailbox. Default DefaultPrefetch.
+	Prefetch int
+	// MaxPriority is the queue's top priority (x-max-priority), where
+	// deferred jobs come back. 0 means DefaultMaxPriority (10);
+	// NoPriorities means a plain FIFO queue; at most 255.
+	MaxPriority int
+	// Retry is the queue's retry policy. Default: no retries (one attempt).
+	// A job may override it by implementing RetryPolicer.
+	Retry *RetryPolicy
+	// JobTimeout cancels a handler's ctx after this long and counts the run
+	// as a retryable failure. Default: WorkerConfig.JobTimeout.
+	JobTimeout time.Duration
+	// Transient queues (and their hold queues) do not survive a broker
+	// restart. Default: durable.
+	Transient bool
+	// MessageTTL, when positive, drops messages that waited longer on the
+	// queue (x-message-ttl). Default: none.
+	MessageTTL time.Duration
+}
+
+// QueueSet is an application's queues: what producers may publish to and
+// workers may consume from.
+type QueueSet struct {
+	// Prefix, when set, is put before every queue name with a dot.
+	Prefix string
+	// Queues are the set's queues; names must be unique.
+	Queues []Queue
+	// RetryGranularity is the step retry backoffs and EnqueueAfter delays are
+	// rounded up to (one hold queue per step). Default 1 s.
+	RetryGranularity time.Duration
+	// DeferGranularity is the step deferrals are rounded up to. A
+	// Retry-After is a contract, so keep it fine. Default 1 s.
+	DeferGranularity time.Duration
+}
+
+// queueConfig is a Queue with its defaults applied and its names resolved.
+type queueConfig struct {
+	Queue
+	broker      string
+	maxPriority uint8
+	prefetch    int
+	retry       RetryPolicy
+}
+
+func (c *queueConfig) spec() broker.QueueSpec {
+	return broker.QueueSpec{Name: c.broker, MaxPriority: c.maxPriority, Durable: !c.Transient, MessageTTL: c.MessageTTL}
+}
+
+// queueSet is a validated QueueSet.
+type queueSet struct {
+	byName           map[string]*queueConfig // by Queue.Name
+	ordered          []*queueConfig
+	retryGranularity time.Duration
+	deferGranularity time.Duration
+}
+
+func resolve(set QueueSet) (*queueSet, error) {
+	if len(set.Queues) == 0 {
+		return nil, fmt.Errorf("%w: the queue set has no queues", ErrInvalidQueue)
+	}
+	if set.RetryGranularity < 0 || set.DeferGranularity < 0 {
+		return nil, fmt.Errorf("%w: granularities must not be negative (retry %v, defer %v)",
+			ErrInvalidQueue, set.RetryGranularity, set.DeferGranularity)
+	}
+	s := &queueSet{
+		byName:           map[string]*queueConfig{},
+		retryGranularity: cmp.Or(set.RetryGranularity, broker.DefaultGranularity),
+		deferGranularity: cmp.Or(set.DeferGranularity, broker.DefaultGranularity),
+	}
+	for _, q := range set.Queues {
+		c, err := resolveQueue(set.Prefix, q)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := s.byName[q.Name]; dup {
+			return nil, fmt.Errorf("%w: queue %q appears twice in the set", ErrInvalidQueue, q.Name)
+		}
+		s.byName[q.Name] = c
+		s.ordered = append(s.ordered, c)
+	}
+	return s, nil
+}
+
+func resolveQueue(prefix string, q Queue) (*queueConfig, error) {
+	if q.Name == "" {
+		return nil, fmt.Errorf("%w: a queue has no name", ErrInvalidQueue)
+	}
+	c := &queueConfig{Queue: q, broker: broker.QueueName(prefix, q.Name)}
+	if err := broker.ValidateQueueName(c.broker); err != nil {
+		return nil, err
+	}
+	switch {
+	case q.MaxPriority == 0:
+		c.maxPriority = DefaultMaxPriority
+	case q.MaxPriority == NoPriorities:
+		c.maxPriority = 0
+	case q.MaxPriority > 0 && q.MaxPriority <= 255:
+		c.maxPriority = uint8(q.MaxPriority)
+	default:
+		return nil, fmt.Errorf("%w: queue %q: max priority %d is outside 1..255 (or NoPriorities)",
+			ErrInvalidQueue, c.broker, q.MaxPriority)
+	}
+	if q.Prefetch < 0 || q.Prefetch > 65535 {
+		return nil, fmt.Errorf("%w: queue %q: prefetch %d is outside 0..65535", ErrInvalidQueue, c.broker, q.Prefetch)
+	}
+	c.prefetch = cmp.Or(q.Prefetch, DefaultPrefetch)
+	if q.JobTimeout < 0 || q.MessageTTL < 0 {
+		return nil, fmt.Errorf("%w: queue %q: job timeout %v and message ttl %v must not be negative",
+			ErrInvalidQueue, c.broker, q.JobTimeout, q.MessageTTL)
+	}
+	c.retry = NoRetries()
+	if q.Retry != nil {
+		if err := q.Retry.validate(); err != nil {
+			return nil, fmt.Errorf("queue %q: %w", c.broker, err)
+		}
+		c.retry = *q.Retry
+	}
+	return c, nil
+}
+
+// forJob finds the configuration of job's queue.
+func (s *queueSet) forJob(job Job) (*queueConfig, error) {
+	name := job.Queue().Name
+	c, ok := s.byName[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: job kind %q names queue %q, which is not in the queue set", ErrUnknownQueue, job.Kind(), name)
+	}
+	return c, nil
+}

@@ -1,0 +1,316 @@
+package queuey
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+
+	"github.com/queuey-go/queuey/actor"
+	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/mailbox"
+)
+
+// queueActor consumes one queue. Its mailbox holds at most prefetch
+// deliveries; its dispatch loop starts a handler per delivery while the
+// worker has a free slot. It is a supervisor child: a crash (its consumer
+// lost) ends Run with an error and the supervisor starts it again, and the
+// broker hands the unsettled deliveries out again.
+type queueActor struct {
+	w    *Worker
+	q    *queueConfig
+	hold *actor.Actor[holdRequest]
+	fail context.CancelCauseFunc // stops the whole worker, for a closed backend
+}
+
+// errConsumerLost reports a consumer that ended on its own.
+var errConsumerLost = errors.New("consumer ended unexpectedly")
+
+func (a *queueActor) Run(ctx context.Context) error {
+	consumer, err := a.w.backend.Consume(ctx, a.q.broker, a.q.prefetch)
+	if errors.Is(err, broker.ErrClosed) {
+		a.fail(fmt.Errorf("queue %q: %w", a.q.broker, err))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("consume %q: %w", a.q.broker, err)
+	}
+	defer consumer.Cancel()
+
+	// Handlers outlive ctx: a graceful stop lets them finish, and only a
+	// stop that takes longer than ShutdownTimeout cancels them.
+	handlerCtx, hardStop := context.WithCancel(context.WithoutCancel(ctx))
+	defer hardStop()
+
+	mb := mailbox.New[broker.Delivery](a.q.prefetch)
+	pumpCtx, stopPump := context.WithCancel(ctx)
+	defer stopPump()
+	pumped := make(chan error, 1)
+	lost := make(chan struct{}) // closed when the consumer ended on its own
+	go func() { pumped <- pump(pumpCtx, consumer, mb, lost) }()
+
+	var running sync.WaitGroup
+	for {
+		d, err := mb.Get(ctx)
+		if err != nil {
+			break // ctx ended, or the pump closed the mailbox
+		}
+		if err := a.w.slots.Acquire(ctx, 1); err != nil {
+			requeue(d, a.w.log)
+			break
+		}
+		select {
+		case <-lost: // the broker took d back with the consumer: it is stale
+			a.w.slots.Release(1)
+			continue
+		default:
+		}
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			defer a.w.slots.Release(1)
+			a.w.process(handlerCtx, a.q, a.hold, d)
+		}()
+	}
+	stopPump()
+	why := <-pumped
+	for _, d := range mb.Drain() { // pulled, never started: back to the broker
+		requeue(d, a.w.log)
+	}
+	a.waitFor(&running, hardStop)
+
+	switch {
+	case why == nil:
+		return nil
+	case errors.Is(why, broker.ErrClosed):
+		a.fail(fmt.Errorf("queue %q: %w", a.q.broker, why))
+		return nil
+	default:
+		return fmt.Errorf("queue %q: %w", a.q.broker, why)
+	}
+}
+
+// pump moves deliveries from the consumer into the mailbox until ctx ends
+// (nil) or the consumer does (why; lost is closed first). It closes the
+// mailbox when it returns.
+func pump(ctx context.Context, c broker.Consumer, mb *mailbox.Mailbox[broker.Delivery], lost chan<- struct{}) error {
+	defer mb.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case d, ok := <-c.Deliveries():
+			if !ok {
+				// The broker took back what was not settled: the buffered
+				// deliveries are stale, so they are not started.
+				close(lost)
+				mb.Drain()
+				return fmt.Errorf("%w: %w", errConsumerLost, cmp.Or(c.Err(), broker.ErrClosed))
+			}
+			if err := mb.Put(ctx, d); err != nil {
+				requeue(d, nil)
+				return nil
+			}
+		}
+	}
+}
+
+// waitFor waits for the running handlers: up to ShutdownTimeout, then it
+// cancels their ctx and waits for them to return.
+func (a *queueActor) waitFor(running *sync.WaitGroup, hardStop context.CancelFunc) {
+	done := make(chan struct{})
+	go func() {
+		running.Wait()
+		close(done)
+	}()
+	timer := a.w.clock.Timer(a.w.shutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return
+	case <-timer.C:
+	}
+	a.w.log.Warn("shutdown timeout: cancelling running handlers", "queue", a.q.broker, "timeout", a.w.shutdownTimeout)
+	hardStop()
+	<-done
+}
+
+func requeue(d broker.Delivery, log *slog.Logger) {
+	if err := d.Requeue(context.Background()); err != nil && log != nil {
+		log.Debug("could not requeue a delivery; the broker takes it back when the consumer ends", "error", err)
+	}
+}
+
+// process runs one delivery to its settlement.
+func (w *Worker) process(ctx context.Context, q *queueConfig, hold *actor.Actor[holdRequest], d broker.Delivery) {
+	msg := d.Message()
+	env, err := broker.DecodeEnvelope(msg.Body)
+	if err != nil {
+		w.log.Error("message body is not a valid envelope; dead-lettering it verbatim", "queue", q.broker, "error", err)
+		msg.Queue = q.broker
+		w.deadLetter(ctx, w.log, d, msg, "malformed envelope: "+err.Error())
+		return
+	}
+	env.Queue = q.broker // republish where it came from, whatever the body says
+	log := w.log.With("job_id", env.JobID, "kind", env.JobType, "queue", q.broker, "attempt", env.Attempt)
+	msg, err = env.Message()
+	if err != nil { // cannot happen for an envelope that just decoded
+		w.settleFailed(log, "encode", err)
+		return
+	}
+
+	h, ok := w.handlers[env.JobType]
+	if !ok {
+		log.Warn("no handler registered; dead-lettering")
+		w.deadLetter(ctx, log, d, msg, fmt.Sprintf("no handler for job type %q", env.JobType))
+		return
+	}
+	job, err := h.decode(env.Payload)
+	if err != nil {
+		log.Error("payload did not match the handler's job type; dead-lettering", "error", err)
+		w.deadLetter(ctx, log, d, msg, "decode error: "+err.Error())
+		return
+	}
+	policy := q.retry
+	if p, ok := job.(RetryPolicer); ok {
+		policy = p.RetryPolicy()
+	}
+	now := w.clock.Now()
+	jc := JobContext{
+		JobID:         env.JobID,
+		Kind:          env.JobType,
+		Queue:         q.broker,
+		Attempt:       int(env.Attempt),
+		MaxAttempts:   policy.maxAttempts(),
+		Deferrals:     int(env.Deferrals),
+		Priority:      int(env.Priority),
+		EnqueuedAt:    env.EnqueuedAt(),
+		Age:           max(0, now.Sub(env.EnqueuedAt())),
+		CorrelationID: env.CorrelationID,
+		Redelivered:   d.Redelivered(),
+	}
+
+	log.Debug("running job", "deferrals", jc.Deferrals, "priority", jc.Priority)
+	err = w.call(ctx, q, h, job, jc)
+	if err != nil && ctx.Err() != nil {
+		// Cancelled by a shutdown that ran out of time: not the job's fault.
+		log.Warn("job interrupted by shutdown; returning it to the queue", "error", err)
+		requeue(d, log)
+		return
+	}
+
+	switch o, def := classify(err); o {
+	case outcomeSuccess:
+		w.settle(log, "ack", d.Ack(ctx))
+		log.Info("job succeeded")
+	case outcomeDefer:
+		next := env.Deferred(q.maxPriority)
+		nextMsg, _ := next.Message()
+		err := askHold(ctx, hold, nextMsg, def.Delay, holdDefer)
+		if errors.Is(err, ErrDelayTooLong) || errors.Is(err, ErrInvalidDelay) {
+			log.Error("job asked for a deferral no hold queue can give; dead-lettering", "error", err)
+			w.deadLetter(ctx, log, d, msg, "invalid deferral: "+err.Error())
+			return
+		}
+		if w.republished(log, d, "defer", err) {
+			log.Info("job deferred", "delay", def.Delay, "reason", def.Reason, "deferrals", next.Deferrals)
+		}
+	case outcomeFatal:
+		log.Error("job failed fatally", "error", err)
+		w.deadLetter(ctx, log, d, msg, "fatal error: "+err.Error())
+	case outcomeRetry:
+		delay, again := policy.Decide(jc.Attempt)
+		if !again {
+			log.Error("job failed; giving up", "error", err, "max_attempts", jc.MaxAttempts)
+			w.deadLetter(ctx, log, d, msg, fmt.Sprintf("max attempts (%d) exhausted after attempt %d: %v",
+				jc.MaxAttempts, jc.Attempt, err))
+			return
+		}
+		nextMsg, _ := env.NextAttempt().Message()
+		if w.republished(log, d, "retry", askHold(ctx, hold, nextMsg, delay, holdRetry)) {
+			log.Warn("job failed; retrying", "error", err, "delay", delay, "next_attempt", jc.Attempt+1)
+		}
+	}
+}
+
+// call runs the handler under the middleware, the job timeout and a panic
+// guard.
+func (w *Worker) call(ctx context.Context, q *queueConfig, h handler, job Job, jc JobContext) error {
+	timeout := cmp.Or(q.JobTimeout, w.jobTimeout)
+	runCtx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = w.clock.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	run := func(ctx context.Context) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = &panicError{value: r, stack: debug.Stack()}
+			}
+		}()
+		return h.run(ctx, job, jc)
+	}
+	for i := len(w.middleware) - 1; i >= 0; i-- {
+		m, next := w.middleware[i], run
+		run = func(ctx context.Context) error { return m(ctx, jc, next) }
+	}
+	err := run(runCtx)
+	if err != nil && timeout > 0 && errors.Is(runCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+		return &timeoutError{limit: timeout.String(), err: err}
+	}
+	var p *panicError
+	if errors.As(err, &p) {
+		w.log.Error("handler panicked", "job_id", jc.JobID, "kind", jc.Kind, "panic", fmt.Sprint(p.value), "stack", string(p.stack))
+	}
+	return err
+}
+
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.value) }
+
+type timeoutError struct {
+	limit string
+	err   error
+}
+
+func (e *timeoutError) Error() string { return "job timed out after " + e.limit + ": " + e.err.Error() }
+func (e *timeoutError) Unwrap() error { return e.err }
+
+// republished acks d once its next run was scheduled (err == nil). If the
+// scheduling failed, d is not acked: it goes back to the queue, and the
+// failure is counted. It reports whether d was acked.
+func (w *Worker) republished(log *slog.Logger, d broker.Delivery, op string, err error) bool {
+	if err != nil {
+		w.settleFailed(log, op, err)
+		requeue(d, log)
+		return false
+	}
+	return w.settle(log, "ack after "+op, d.Ack(context.Background()))
+}
+
+// deadLetter moves msg to the dead letters with reason, then acks d.
+func (w *Worker) deadLetter(ctx context.Context, log *slog.Logger, d broker.Delivery, msg broker.Message, reason string) {
+	err := w.backend.DeadLetter(ctx, broker.DeadLetter{Message: msg, Reason: reason})
+	w.republished(log, d, "dead letter", err)
+}
+
+func (w *Worker) settle(log *slog.Logger, op string, err error) bool {
+	if err != nil {
+		w.settleFailed(log, op, err)
+		return false
+	}
+	return true
+}
+
+func (w *Worker) settleFailed(log *slog.Logger, op string, err error) {
+	w.settleFailures.Add(1)
+	log.Error("failed to settle delivery", "operation", op, "error", err)
+}

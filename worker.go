@@ -1,0 +1,247 @@
+package queuey
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/supervisor"
+)
+
+// DefaultShutdownTimeout is how long a stopping worker waits for running
+// handlers before cancelling their ctx.
+const DefaultShutdownTimeout = 30 * time.Second
+
+// WorkerConfig configures a Worker. A nil config means every default.
+type WorkerConfig struct {
+	// Queues names the queues (Queue.Name) this worker consumes. Default:
+	// every queue of the set.
+	Queues []string
+	// Concurrency caps the handlers running at once across all queues.
+	// Default: the sum of the consumed queues' prefetch.
+	Concurrency int
+	// JobTimeout is the timeout of queues that set none. Default: none.
+	JobTimeout time.Duration
+	// ShutdownTimeout bounds the wait for running handlers once Run's ctx
+	// ends; then their ctx is cancelled. Default DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+	// Middleware wraps every handler run, the first outermost.
+	Middleware []Middleware
+	// Clock drives timeouts, backoffs and restarts. Default: the real clock.
+	Clock clock.Clock
+	// Logger receives the job log lines. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Worker consumes queues and runs their jobs' handlers. Register handlers
+// with Handle, then call Run once.
+type Worker struct {
+	backend         broker.Backend
+	set             *queueSet
+	queues          []*queueConfig
+	concurrency     int
+	jobTimeout      time.Duration
+	shutdownTimeout time.Duration
+	middleware      []Middleware
+	clock           clock.Clock
+	log             *slog.Logger
+
+	slots          *semaphore.Weighted
+	settleFailures atomic.Uint64
+
+	mu       sync.Mutex
+	state    workerState
+	handlers map[string]handler
+}
+
+type workerState int
+
+const (
+	workerIdle workerState = iota
+	workerRunning
+	workerDone
+)
+
+// NewWorker validates set and cfg and returns a worker for backend. It
+// declares nothing until Run.
+func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker, error) {
+	if backend == nil {
+		return nil, fmt.Errorf("%w: nil backend", ErrInvalidQueue)
+	}
+	s, err := resolve(set)
+	if err != nil {
+		return nil, err
+	}
+	if cfg == nil {
+		cfg = &WorkerConfig{}
+	}
+	if cfg.Concurrency < 0 || cfg.JobTimeout < 0 || cfg.ShutdownTimeout < 0 {
+		return nil, fmt.Errorf("%w: concurrency %d, job timeout %v and shutdown timeout %v must not be negative",
+			ErrInvalidQueue, cfg.Concurrency, cfg.JobTimeout, cfg.ShutdownTimeout)
+	}
+	w := &Worker{
+		backend:         backend,
+		set:             s,
+		jobTimeout:      cfg.JobTimeout,
+		shutdownTimeout: cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout),
+		middleware:      slices.Clone(cfg.Middleware),
+		clock:           orRealClock(cfg.Clock),
+		log:             orDefaultLogger(cfg.Logger),
+		handlers:        map[string]handler{},
+	}
+	if len(cfg.Queues) == 0 {
+		w.queues = s.ordered
+	}
+	for _, name := range cfg.Queues {
+		q, ok := s.byName[name]
+		if !ok {
+			return nil, fmt.Errorf("%w: worker queue %q is not in the queue set", ErrUnknownQueue, name)
+		}
+		if !slices.Contains(w.queues, q) {
+			w.queues = append(w.queues, q)
+		}
+	}
+	for _, q := range w.queues {
+		w.concurrency += q.prefetch
+	}
+	if cfg.Concurrency > 0 {
+		w.concurrency = cfg.Concurrency
+	}
+	w.slots = semaphore.NewWeighted(int64(w.concurrency))
+	return w, nil
+}
+
+// Concurrency is the cap on handlers running at once.
+func (w *Worker) Concurrency() int { return w.concurrency }
+
+// SettleFailures counts the jobs that ran but whose outcome the broker was
+// not told (a failed ack, or a failed publish of a retry, deferral or dead
+// letter). Such a job comes back: a growing count means duplicate work.
+func (w *Worker) SettleFailures() uint64 { return w.settleFailures.Load() }
+
+// handler is a typed handler with its job type erased.
+type handler interface {
+	decode(payload json.RawMessage) (Job, error)
+	run(ctx context.Context, job Job, jc JobContext) error
+}
+
+type typedHandler[T Job] struct{ h Handler[T] }
+
+func (t typedHandler[T]) decode(payload json.RawMessage) (Job, error) {
+	var job T
+	err := json.Unmarshal(payload, &job)
+	return job, err
+}
+
+func (t typedHandler[T]) run(ctx context.Context, job Job, jc JobContext) error {
+	return t.h.Handle(ctx, job.(T), jc)
+}
+
+// Handle registers fn as w's handler for jobs of type T, by T's Kind. It
+// fails for a second handler of the same kind, a kind whose queue is not in
+// the worker's queue set, and once the worker has started.
+func Handle[T Job](w *Worker, fn HandlerFunc[T]) error {
+	if fn == nil {
+		var zero T
+		return fmt.Errorf("%w: nil handler for %T", ErrInvalidJob, zero)
+	}
+	return Register[T](w, fn)
+}
+
+// Register is Handle for a Handler value.
+func Register[T Job](w *Worker, h Handler[T]) (err error) {
+	var zero T
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: Kind and Queue of %T must work on its zero value: %v", ErrInvalidJob, zero, r)
+		}
+	}()
+	kind := zero.Kind()
+	if err := checkKind(kind); err != nil {
+		return err
+	}
+	if _, err := w.set.forJob(zero); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state != workerIdle {
+		return fmt.Errorf("%w: register %q before Run", ErrWorkerStarted, kind)
+	}
+	if _, dup := w.handlers[kind]; dup {
+		return fmt.Errorf("%w: kind %q already has a handler", ErrDuplicateHandler, kind)
+	}
+	w.handlers[kind] = typedHandler[T]{h: h}
+	return nil
+}
+
+// Run declares the consumed queues, starts one supervised queue actor per
+// queue and the hold actor, and runs jobs until ctx ends. Then it stops
+// gracefully: it stops pulling, gives deliveries not yet started back to the
+// broker, waits up to ShutdownTimeout for running handlers (then cancels
+// their ctx and waits for them to return), and returns nil.
+//
+// It returns an error when it cannot start, when the backend is closed
+// under it, or when a queue actor crashes more often than its supervisor
+// allows. A worker runs once.
+func (w *Worker) Run(ctx context.Context) error {
+	w.mu.Lock()
+	switch {
+	case w.state != workerIdle:
+		w.mu.Unlock()
+		return ErrWorkerStopped
+	case len(w.handlers) == 0:
+		w.mu.Unlock()
+		return ErrNoHandlers
+	}
+	w.state = workerRunning
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.state = workerDone
+		w.mu.Unlock()
+	}()
+
+	specs := make([]broker.QueueSpec, 0, len(w.queues))
+	for _, q := range w.queues {
+		specs = append(specs, q.spec())
+	}
+	if err := w.backend.Declare(ctx, specs...); err != nil {
+		return fmt.Errorf("declare queues: %w", err)
+	}
+
+	ctx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	hold := newHoldActor(holder{backend: w.backend, set: w.set, log: w.log}, w.concurrency)
+	defer hold.Stop()
+	children := []supervisor.Child{{Name: "hold", Run: hold.Run, Restart: supervisor.Permanent}}
+	for _, q := range w.queues {
+		a := &queueActor{w: w, q: q, hold: hold, fail: fail}
+		children = append(children, supervisor.Child{Name: "queue:" + q.broker, Run: a.Run, Restart: supervisor.Permanent})
+	}
+	sup := supervisor.New(supervisor.Spec{
+		Name:            "worker",
+		Clock:           w.clock,
+		Logger:          w.log,
+		ShutdownTimeout: 2 * w.shutdownTimeout,
+	}, children...)
+
+	w.log.Info("worker starting", "queues", len(w.queues), "concurrency", w.concurrency, "handlers", len(w.handlers))
+	err := sup.Run(ctx)
+	if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, ctx.Err()) {
+		err = cause
+	}
+	w.log.Info("worker stopped", "settle_failures", w.SettleFailures(), "error", err)
+	return err
+}
