@@ -1,0 +1,176 @@
+package queuey_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/queuey-go/queuey"
+	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/broker/memory"
+	"github.com/queuey-go/queuey/clocktest"
+)
+
+func TestInvalidQueueSetsAreRefused(t *testing.T) {
+	long := strings.Repeat("x", 236)
+	for _, tc := range []struct {
+		name string
+		set  queuey.QueueSet
+		want error
+	}{
+		{"no queues", queuey.QueueSet{}, queuey.ErrInvalidQueue},
+		{"empty name", queuey.QueueSet{Queues: []queuey.Queue{{}}}, queuey.ErrInvalidQueue},
+		{"duplicate name", queuey.QueueSet{Queues: []queuey.Queue{{Name: "a"}, {Name: "a"}}}, queuey.ErrInvalidQueue},
+		{"no room for hold queues", queuey.QueueSet{Queues: []queuey.Queue{{Name: long}}}, queuey.ErrInvalidName},
+		{"prefix pushes the name over", queuey.QueueSet{Prefix: "app", Queues: []queuey.Queue{{Name: long[:233]}}}, queuey.ErrInvalidName},
+		{"reserved amq. prefix", queuey.QueueSet{Prefix: "amq", Queues: []queuey.Queue{{Name: "a"}}}, queuey.ErrInvalidName},
+		{"invalid UTF-8", queuey.QueueSet{Queues: []queuey.Queue{{Name: "\xff"}}}, queuey.ErrInvalidName},
+		{"max priority 256", queuey.QueueSet{Queues: []queuey.Queue{{Name: "a", MaxPriority: 256}}}, queuey.ErrInvalidQueue},
+		{"max priority -2", queuey.QueueSet{Queues: []queuey.Queue{{Name: "a", MaxPriority: -2}}}, queuey.ErrInvalidQueue},
+		{"negative prefetch", queuey.QueueSet{Queues: []queuey.Queue{{Name: "a", Prefetch: -1}}}, queuey.ErrInvalidQueue},
+		{"negative timeout", queuey.QueueSet{Queues: []queuey.Queue{{Name: "a", JobTimeout: -time.Second}}}, queuey.ErrInvalidQueue},
+		{"negative granularity", queuey.QueueSet{RetryGranularity: -1, Queues: []queuey.Queue{{Name: "a"}}}, queuey.ErrInvalidQueue},
+		{"negative attempts", queuey.QueueSet{Queues: []queuey.Queue{{Name: "a", Retry: &queuey.RetryPolicy{MaxAttempts: -1}}}}, queuey.ErrInvalidQueue},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := memory.New(nil)
+			_, err := queuey.NewProducer(t.Context(), b, tc.set, nil)
+			if !errors.Is(err, tc.want) {
+				t.Errorf("NewProducer: got %v, want %v", err, tc.want)
+			}
+			_, err = queuey.NewWorker(b, tc.set, nil)
+			if !errors.Is(err, tc.want) {
+				t.Errorf("NewWorker: got %v, want %v", err, tc.want)
+			}
+			if got := b.Queues(); len(got) != 0 {
+				t.Errorf("queues declared despite the error: %v", got)
+			}
+		})
+	}
+}
+
+func TestAChangedMaxPriorityIsAClearError(t *testing.T) {
+	b := memory.New(nil)
+	_, err := queuey.NewProducer(t.Context(), b, app, nil)
+	must(t, err)
+	changed := queuey.QueueSet{Prefix: "test", Queues: []queuey.Queue{{Name: "alpha", MaxPriority: 5}}}
+	_, err = queuey.NewProducer(t.Context(), b, changed, nil)
+	if !errors.Is(err, broker.ErrPreconditionFailed) || !strings.Contains(err.Error(), `"test.alpha"`) {
+		t.Errorf("redeclare with max priority 5: got %v, want ErrPreconditionFailed naming test.alpha", err)
+	}
+}
+
+type unencodable struct{ C chan int }
+
+func (unencodable) Kind() string        { return "unencodable" }
+func (unencodable) Queue() queuey.Queue { return alpha }
+
+type emptyKind struct{}
+
+func (emptyKind) Kind() string        { return "" }
+func (emptyKind) Queue() queuey.Queue { return alpha }
+
+type elsewhere struct{}
+
+func (elsewhere) Kind() string        { return "elsewhere" }
+func (elsewhere) Queue() queuey.Queue { return queuey.Queue{Name: "not-in-the-set"} }
+
+func TestBadJobsAreRefusedAndNothingIsPublished(t *testing.T) {
+	b := memory.New(nil)
+	p, err := queuey.NewProducer(t.Context(), b, app, &queuey.ProducerConfig{MaxMessageBytes: 1024})
+	must(t, err)
+	var nilJob *alphaJob
+	for _, tc := range []struct {
+		name string
+		job  queuey.Job
+		want error
+	}{
+		{"nil job", nil, queuey.ErrInvalidJob},
+		{"nil pointer job", nilJob, queuey.ErrInvalidJob},
+		{"empty kind", emptyKind{}, queuey.ErrInvalidJob},
+		{"unencodable payload", unencodable{C: make(chan int)}, queuey.ErrInvalidJob},
+		{"queue not in the set", elsewhere{}, queuey.ErrUnknownQueue},
+		{"oversize payload", alphaJob{plan{Name: strings.Repeat("x", 2000)}}, queuey.ErrMessageTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			for call, f := range map[string]func() (string, error){
+				"Enqueue":      func() (string, error) { return p.Enqueue(ctx, tc.job) },
+				"EnqueueAfter": func() (string, error) { return p.EnqueueAfter(ctx, tc.job, time.Second) },
+				"Defer":        func() (string, error) { return p.Defer(ctx, tc.job, time.Second) },
+			} {
+				if id, err := f(); !errors.Is(err, tc.want) || id != "" {
+					t.Errorf("%s: got (%q, %v), want %v", call, id, err, tc.want)
+				}
+			}
+		})
+	}
+	if b.Pending("test.alpha")+b.Held("test.alpha") != 0 {
+		t.Errorf("something was published")
+	}
+}
+
+func TestHandlerRegistrationMistakes(t *testing.T) {
+	w, err := queuey.NewWorker(memory.New(nil), app, nil)
+	must(t, err)
+	ok := func(context.Context, alphaJob, queuey.JobContext) error { return nil }
+	must(t, queuey.Handle(w, ok))
+	if err := queuey.Handle(w, ok); !errors.Is(err, queuey.ErrDuplicateHandler) || !strings.Contains(err.Error(), "alpha_job") {
+		t.Errorf("second handler: got %v, want ErrDuplicateHandler naming alpha_job", err)
+	}
+	if err := queuey.Handle[alphaJob](w, nil); !errors.Is(err, queuey.ErrInvalidJob) {
+		t.Errorf("nil handler: got %v, want ErrInvalidJob", err)
+	}
+	if err := queuey.Handle(w, func(context.Context, elsewhere, queuey.JobContext) error { return nil }); !errors.Is(err, queuey.ErrUnknownQueue) {
+		t.Errorf("handler for a job of another queue set: got %v, want ErrUnknownQueue", err)
+	}
+	if err := queuey.Handle(w, func(context.Context, *alphaJob, queuey.JobContext) error { return nil }); !errors.Is(err, queuey.ErrInvalidJob) {
+		t.Errorf("pointer job type whose methods need a value: got %v, want ErrInvalidJob", err)
+	}
+	if _, err := queuey.NewWorker(memory.New(nil), app, &queuey.WorkerConfig{Queues: []string{"nope"}}); !errors.Is(err, queuey.ErrUnknownQueue) {
+		t.Errorf("worker queue not in the set: got %v, want ErrUnknownQueue", err)
+	}
+}
+
+func TestAWorkerWithoutHandlersDoesNotStart(t *testing.T) {
+	w, err := queuey.NewWorker(memory.New(nil), app, nil)
+	must(t, err)
+	if err := w.Run(t.Context()); !errors.Is(err, queuey.ErrNoHandlers) {
+		t.Errorf("Run: got %v, want ErrNoHandlers", err)
+	}
+}
+
+func TestCallsAfterShutdown(t *testing.T) {
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		h.Start()
+		if err := queuey.Handle(h.Worker, func(context.Context, orphanJob, queuey.JobContext) error { return nil }); !errors.Is(err, queuey.ErrWorkerStarted) {
+			t.Errorf("Handle while running: got %v, want ErrWorkerStarted", err)
+		}
+		must(t, h.Stop())
+		if err := h.Worker.Run(t.Context()); !errors.Is(err, queuey.ErrWorkerStopped) {
+			t.Errorf("Run again: got %v, want ErrWorkerStopped", err)
+		}
+		must(t, h.Backend.Close())
+		if _, err := h.Producer.Enqueue(t.Context(), alphaJob{}); !errors.Is(err, queuey.ErrClosed) {
+			t.Errorf("Enqueue after Close: got %v, want ErrClosed", err)
+		}
+		if _, err := h.Producer.Defer(t.Context(), alphaJob{}, time.Second); !errors.Is(err, queuey.ErrClosed) {
+			t.Errorf("Defer after Close: got %v, want ErrClosed", err)
+		}
+	})
+}
+
+func TestADeferralNoHoldCanGiveIsDeadLettered(t *testing.T) {
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		mustID(t)(h.Producer.Enqueue(t.Context(), betaJob{deferring(1, 30*24*time.Hour)}))
+		h.Advance(time.Second)
+		dead := h.Backend.DeadLetters(qBeta)
+		if len(dead) != 1 || !strings.HasPrefix(dead[0].Reason, "invalid deferral: ") {
+			t.Errorf("dead letters: got %+v, want one with an invalid deferral reason", dead)
+		}
+	})
+}
