@@ -2,7 +2,6 @@ package queuey_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -145,5 +144,3 @@ func (r *logRecorder) worst() slog.Level {
 	}
 	return w
 }
-
-var errAny = errors.New("any")

@@ -153,6 +153,7 @@ func (m *Mailbox[T]) Close() {
 		// Wait for producers that passed their closed check before done was
 		// closed; they finish promptly because done is now closed.
 		m.inFlight.Lock()
+		//lint:ignore SA2001 taking the write lock is the wait itself
 		m.inFlight.Unlock()
 		close(m.sealed)
 	})
