@@ -100,7 +100,7 @@ func TestFailures(t *testing.T) {
 		{"retried then succeeds", plan{Name: "flaky", Fail: 1}, []shape{{1, 0, 0}, {2, 0, 0}}, "", "job failed; retrying", slog.LevelWarn},
 		{"retries exhaust into the dead letters", plan{Name: "doomed", Fail: 99}, []shape{{1, 0, 0}, {2, 0, 0}, {3, 0, 0}},
 			"max attempts (3) exhausted after attempt 3: doomed failed on attempt 3", "job failed; giving up", slog.LevelError},
-		{"fatal dead-letters at once", plan{Name: "bad", Fatal: true}, []shape{{1, 0, 0}}, "fatal error: job failed (fatal): bad cannot be done", "job failed fatally", slog.LevelError},
+		{"fatal dead-letters at once", plan{Name: "bad", Fatal: true}, []shape{{1, 0, 0}}, "fatal error: bad cannot be done", "job failed fatally", slog.LevelError},
 		{"a panic is retried and the worker survives", plan{Panic: 1}, []shape{{1, 0, 0}, {2, 0, 0}}, "", "handler panicked", slog.LevelError},
 		{"a success", plan{}, []shape{{1, 0, 0}}, "", "job succeeded", slog.LevelInfo},
 	} {

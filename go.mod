@@ -8,3 +8,5 @@ require (
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sync v0.25.0
 )
+
+require github.com/rabbitmq/amqp091-go v1.16.0 // indirect

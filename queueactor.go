@@ -220,7 +220,12 @@ func (w *Worker) process(ctx context.Context, q *queueConfig, hold *actor.Actor[
 		}
 	case outcomeFatal:
 		log.Error("job failed fatally", "error", err)
-		w.deadLetter(ctx, log, d, msg, "fatal error: "+err.Error())
+		cause := err
+		var f *FatalError
+		if errors.As(err, &f) {
+			cause = f.Err
+		}
+		w.deadLetter(ctx, log, d, msg, "fatal error: "+cause.Error())
 	case outcomeRetry:
 		delay, again := policy.Decide(jc.Attempt)
 		if !again {

@@ -47,6 +47,7 @@ func (b *Backend) HoldQueues(queue string) map[string]int {
 func (b *Backend) InFlight(queue string) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.releaseDueLocked()
 	n := 0
 	if q, ok := b.queues[queue]; ok {
 		for _, c := range q.consumers {

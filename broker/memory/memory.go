@@ -31,6 +31,7 @@ type Backend struct {
 	held    holdHeap
 	timer   *clock.Timer
 	timerAt time.Time
+	timerID uint64 // the armed timer, so a stale callback leaves it alone
 	seq     uint64 // orders messages as they land on a queue
 	tag     uint64 // delivery tags
 }
@@ -203,6 +204,7 @@ func (b *Backend) DeadLetter(ctx context.Context, dl broker.DeadLetter) error {
 	if !ok {
 		return fmt.Errorf("%w: dead letter to %q", broker.ErrUnroutable, dead)
 	}
+	b.releaseDueLocked()
 	msg := dl.Message
 	msg.Headers = broker.DeadLetterHeaders(dl)
 	b.landLocked(q, msg)
@@ -309,16 +311,20 @@ func (b *Backend) armLocked() {
 		b.timer.Stop()
 	}
 	b.timerAt = due
-	b.timer = b.clock.AfterFunc(due.Sub(b.clock.Now()), b.onTimer)
+	b.timerID++
+	id := b.timerID
+	b.timer = b.clock.AfterFunc(due.Sub(b.clock.Now()), func() { b.onTimer(id) })
 }
 
-func (b *Backend) onTimer() {
+func (b *Backend) onTimer(id uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return
 	}
-	b.timer = nil
+	if id == b.timerID {
+		b.timer = nil // it has fired
+	}
 	b.releaseDueLocked()
 	b.armLocked()
 }
@@ -357,6 +363,7 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
+	b.held = nil // dropped with the backend: a later inspection must not land them
 	b.armLocked()
 	for _, q := range b.queues {
 		for _, c := range slices.Clone(q.consumers) {
@@ -390,6 +397,7 @@ func (c *consumer) Cancel() {
 	c.b.mu.Lock()
 	defer c.b.mu.Unlock()
 	c.endLocked(nil)
+	c.b.releaseDueLocked()
 	c.b.dispatchLocked(c.q)
 }
 
@@ -399,6 +407,10 @@ func (c *consumer) endLocked(err error) {
 	}
 	c.ended, c.err = true, err
 	close(c.ch)
+	// Deliveries still buffered go back to the queue (or with the backend)
+	// below; a reader must not also run them.
+	for range c.ch {
+	}
 	c.q.consumers = slices.DeleteFunc(c.q.consumers, func(o *consumer) bool { return o == c })
 	c.q.next = 0
 	if c.b.closed {
@@ -439,6 +451,7 @@ func (d *delivery) Ack(ctx context.Context) error {
 	b := d.c.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.releaseDueLocked()
 	if err := d.settleLocked(); err != nil {
 		return err
 	}
@@ -451,6 +464,7 @@ func (d *delivery) Requeue(ctx context.Context) error {
 	b := d.c.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.releaseDueLocked()
 	if err := d.settleLocked(); err != nil {
 		return err
 	}

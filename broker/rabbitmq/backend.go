@@ -1,0 +1,268 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/supervisor"
+)
+
+// Errors particular to this backend.
+var (
+	// ErrConnectionLost: the connection broke while a call was in flight.
+	// Publishes retry on the next connection by themselves until their ctx
+	// ends; this surfaces through consumers and settles.
+	ErrConnectionLost = errors.New("rabbitmq: connection lost")
+	// ErrAccessRefused: the broker refused the credentials or the vhost.
+	// Retrying does not help; fix the URL.
+	ErrAccessRefused = errors.New("rabbitmq: access refused")
+	// ErrNacked: the broker nacked a publish (it could not take the message).
+	ErrNacked = errors.New("rabbitmq: broker nacked the publish")
+)
+
+// Backend is the RabbitMQ backend. Create it with Dial.
+type Backend struct {
+	url     string // holds credentials: never logged, never in an error
+	safeURL string
+	opts    Options
+
+	stop context.CancelFunc
+	done chan struct{} // closed when the connection supervisor returned
+
+	mu           sync.Mutex
+	closed       bool
+	conn         *session      // nil while disconnected
+	ready        chan struct{} // closed while conn is set
+	declared     map[string]broker.QueueSpec
+	holdDeclared map[string]time.Time // hold queue → when its last declare started
+}
+
+var _ broker.Backend = (*Backend)(nil)
+
+// Dial connects to the broker at rawURL (amqp:// or amqps://) and keeps the
+// connection up until Close. A first dial that fails is returned as an
+// error (credentials, a missing vhost, nobody listening) rather than retried.
+func Dial(ctx context.Context, rawURL string, opts *Options) (*Backend, error) {
+	b := &Backend{
+		url:          rawURL,
+		safeURL:      Redact(rawURL),
+		opts:         opts.withDefaults(),
+		ready:        make(chan struct{}),
+		declared:     map[string]broker.QueueSpec{},
+		holdDeclared: map[string]time.Time{},
+		done:         make(chan struct{}),
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
+		return nil, fmt.Errorf("rabbitmq: %q is not an amqp:// or amqps:// URL", b.safeURL)
+	}
+	first, err := b.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	b.stop = stop
+	sup := supervisor.New(supervisor.Spec{
+		Name:       "rabbitmq",
+		Intensity:  math.MaxInt32, // a broker may be away for long; backoff paces the dials
+		Period:     time.Minute,
+		MinBackoff: b.opts.ReconnectMin,
+		MaxBackoff: b.opts.ReconnectMax,
+		Clock:      b.opts.Clock,
+		Logger:     quiet,
+	}, supervisor.Child{Name: "connection", Run: (&connectionActor{b: b, first: first}).Run, Restart: supervisor.Permanent})
+	go func() {
+		defer close(b.done)
+		_ = sup.Run(runCtx)
+	}()
+	return b, nil
+}
+
+// Name reports "rabbitmq".
+func (b *Backend) Name() string { return "rabbitmq" }
+
+// session waits for a live connection, bounded by ctx.
+func (b *Backend) session(ctx context.Context) (*session, error) {
+	for {
+		b.mu.Lock()
+		closed, s, ready := b.closed, b.conn, b.ready
+		b.mu.Unlock()
+		switch {
+		case closed:
+			return nil, broker.ErrClosed
+		case s != nil:
+			return s, nil
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("rabbitmq: waiting for a connection to %s: %w", b.safeURL, ctx.Err())
+		}
+	}
+}
+
+// Declare declares each work queue with x-max-priority (when set) and its
+// dead-letter queue, and remembers them for Hold and for redeclaring after a
+// reconnect.
+func (b *Backend) Declare(ctx context.Context, specs ...broker.QueueSpec) error {
+	for _, s := range specs {
+		if err := broker.ValidateQueueName(s.Name); err != nil {
+			return err
+		}
+	}
+	for {
+		s, err := b.session(ctx)
+		if err != nil {
+			return err
+		}
+		err = s.declareAll(ctx, specs)
+		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b.mu.Lock()
+		for _, spec := range specs {
+			b.declared[spec.Name] = spec
+		}
+		b.mu.Unlock()
+		return nil
+	}
+}
+
+// Publish puts msg on its queue and waits for the broker's confirm. While
+// the connection is down it waits for the next one, bounded by ctx; a
+// publish cut off by a lost connection is sent again, so a message may
+// arrive twice, never zero times once Publish returned nil.
+func (b *Backend) Publish(ctx context.Context, msg broker.Message) error {
+	return b.publish(ctx, msg.Queue, publishing(msg, nil))
+}
+
+// Hold declares the hold queue for ttl (unless it was declared less than
+// ttl/2 ago, so it cannot expire under the message) and publishes msg into
+// it; the broker dead-letters it back to msg.Queue when ttl has passed.
+func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duration) error {
+	if ttl <= 0 || ttl%time.Millisecond != 0 || ttl > broker.MaxHoldMs*time.Millisecond {
+		return fmt.Errorf("%w: hold ttl %v is not a whole number of milliseconds in (0, %dms]",
+			broker.ErrInvalidDelay, ttl, broker.MaxHoldMs)
+	}
+	b.mu.Lock()
+	spec, ok := b.declared[msg.Queue]
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return broker.ErrClosed
+	}
+	if !ok {
+		return fmt.Errorf("%w: hold for %q", broker.ErrUnknownQueue, msg.Queue)
+	}
+	hold := broker.HoldQueueName(msg.Queue, ttl)
+	if err := b.declareHold(ctx, hold, spec, ttl); err != nil {
+		return err
+	}
+	return b.publish(ctx, hold, publishing(msg, nil))
+}
+
+func (b *Backend) declareHold(ctx context.Context, hold string, spec broker.QueueSpec, ttl time.Duration) error {
+	now := b.opts.Clock.Now()
+	b.mu.Lock()
+	last, seen := b.holdDeclared[hold]
+	b.mu.Unlock()
+	if seen && now.Sub(last) < ttl/2 {
+		return nil
+	}
+	for {
+		s, err := b.session(ctx)
+		if err != nil {
+			return err
+		}
+		err = s.declare(ctx, hold, spec.Durable, table(broker.HoldQueueArgs(spec.Name, ttl)))
+		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b.mu.Lock()
+		b.holdDeclared[hold] = now
+		b.mu.Unlock()
+		return nil
+	}
+}
+
+// DeadLetter publishes dl to <q>.dead with x-death-reason,
+// x-original-queue and x-attempts headers.
+func (b *Backend) DeadLetter(ctx context.Context, dl broker.DeadLetter) error {
+	extra := amqp.Table{
+		broker.HeaderDeathReason:   dl.Reason,
+		broker.HeaderOriginalQueue: dl.Queue,
+		broker.HeaderAttempts:      dl.Attempt,
+	}
+	return b.publish(ctx, broker.DeadQueueName(dl.Queue), publishing(dl.Message, extra))
+}
+
+func (b *Backend) publish(ctx context.Context, queue string, pub amqp.Publishing) error {
+	for {
+		s, err := b.session(ctx)
+		if err != nil {
+			return err
+		}
+		err = s.publish(ctx, queue, pub)
+		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
+			continue // the next connection takes it
+		}
+		return err
+	}
+}
+
+// Consume opens a channel for queue with basic.qos(prefetch) and starts a
+// consumer with manual acks.
+func (b *Backend) Consume(ctx context.Context, queue string, prefetch int) (broker.Consumer, error) {
+	if prefetch < 1 || prefetch > math.MaxUint16 {
+		return nil, fmt.Errorf("rabbitmq: consume %q: prefetch %d is outside 1..65535", queue, prefetch)
+	}
+	s, err := b.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.consume(queue, prefetch)
+}
+
+// Close stops reconnecting, closes the connection (which ends every
+// consumer; the broker takes back their unsettled deliveries) and refuses
+// later calls with broker.ErrClosed.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	if b.conn == nil {
+		close(b.ready) // wake waiters; they see closed
+	}
+	b.mu.Unlock()
+	b.stop()
+	<-b.done
+	return nil
+}
+
+// DeclaredQueues lists the work queues declared through this backend.
+func (b *Backend) DeclaredQueues() []broker.QueueSpec {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]broker.QueueSpec, 0, len(b.declared))
+	for _, s := range b.declared {
+		out = append(out, s)
+	}
+	return out
+}

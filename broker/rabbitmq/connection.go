@@ -1,0 +1,267 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuey-go/queuey/broker"
+)
+
+// quiet is for the connection supervisor: the connection actor logs its own
+// events, once each, rather than a line per redial.
+var quiet = slog.New(slog.DiscardHandler)
+
+// dial opens one connection, or says clearly why it could not.
+func (b *Backend) dial(ctx context.Context) (*amqp.Connection, error) {
+	cfg := amqp.Config{
+		Heartbeat:       b.opts.Heartbeat,
+		Locale:          "en_US",
+		TLSClientConfig: b.opts.TLS,
+		Properties:      amqp.Table{"connection_name": b.opts.ConnectionName, "product": "queuey"},
+		Dial: func(network, addr string) (net.Conn, error) {
+			d := net.Dialer{Timeout: 30 * b.opts.Heartbeat / 10}
+			return d.DialContext(ctx, network, addr)
+		},
+	}
+	conn, err := amqp.DialConfig(b.url, cfg)
+	if err == nil {
+		return conn, nil
+	}
+	var amqpErr *amqp.Error
+	switch {
+	case errors.Is(err, amqp.ErrCredentials), errors.Is(err, amqp.ErrSASL):
+		return nil, fmt.Errorf("%w: %s refused the user name or password", ErrAccessRefused, b.safeURL)
+	case errors.Is(err, amqp.ErrVhost):
+		return nil, fmt.Errorf("%w: %s has no such virtual host, or the user may not use it", ErrAccessRefused, b.safeURL)
+	case errors.As(err, &amqpErr) && (amqpErr.Code == amqp.AccessRefused || amqpErr.Code == amqp.NotAllowed):
+		return nil, fmt.Errorf("%w: %s: %s", ErrAccessRefused, b.safeURL, amqpErr.Reason)
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) || errors.Is(err, net.ErrClosed) {
+		return nil, fmt.Errorf("rabbitmq: cannot reach %s (is the broker running? start one with "+
+			"`rabbitmq-server -detached`, or point QUEUEY_AMQP_URL elsewhere): %v", b.safeURL, scrub(err, b.url))
+	}
+	return nil, fmt.Errorf("rabbitmq: connect to %s: %v", b.safeURL, scrub(err, b.url))
+}
+
+// scrub makes sure an error from below carries no credentials.
+func scrub(err error, rawURL string) string {
+	s := err.Error()
+	if rawURL != "" && containsSecret(s, rawURL) {
+		return "(error text withheld: it quoted the URL)"
+	}
+	return s
+}
+
+// connectionActor owns the connection: it dials, publishes the session to
+// the backend, watches for the connection's end and returns (so its
+// supervisor dials again after a backoff) when it is lost.
+type connectionActor struct {
+	b       *Backend
+	first   *amqp.Connection // from Dial, used by the first run
+	lastErr string
+}
+
+func (a *connectionActor) Run(ctx context.Context) error {
+	b := a.b
+	conn := a.first
+	a.first = nil
+	if conn == nil {
+		var err error
+		if conn, err = b.dial(ctx); err != nil {
+			if err.Error() != a.lastErr { // once per distinct cause: no log storm
+				b.opts.Logger.Warn("rabbitmq reconnect failed; retrying with backoff", "error", err)
+				a.lastErr = err.Error()
+			}
+			return err
+		}
+		b.opts.Logger.Info("rabbitmq reconnected", "url", b.safeURL)
+	}
+	a.lastErr = ""
+	lost := conn.NotifyClose(make(chan *amqp.Error, 1))
+	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	s := newSession(conn, b.opts.PublishChannels)
+
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		_ = conn.Close()
+		return nil
+	}
+	b.conn = s
+	close(b.ready)
+	// The topology is redeclared on every new connection: a restarted
+	// broker keeps durable queues, but not transient ones.
+	specs := make([]broker.QueueSpec, 0, len(b.declared))
+	for _, spec := range b.declared {
+		specs = append(specs, spec)
+	}
+	clear(b.holdDeclared)
+	b.mu.Unlock()
+	if len(specs) > 0 {
+		if err := s.declareAll(ctx, specs); err != nil {
+			b.opts.Logger.Error("rabbitmq: redeclaring the topology after a reconnect failed", "error", err)
+		}
+	}
+
+	var why error
+	for why == nil {
+		select {
+		case <-ctx.Done():
+			why = ctx.Err()
+		case e, ok := <-lost:
+			why = ErrConnectionLost
+			if ok && e != nil {
+				why = fmt.Errorf("%w: %s", ErrConnectionLost, e.Reason)
+			}
+		case bl := <-blocked:
+			if bl.Active {
+				b.opts.Logger.Warn("rabbitmq blocked the connection (a resource alarm); publishes wait", "reason", bl.Reason)
+			} else {
+				b.opts.Logger.Info("rabbitmq unblocked the connection")
+			}
+		}
+	}
+
+	b.mu.Lock()
+	b.conn = nil
+	if !b.closed {
+		b.ready = make(chan struct{})
+	}
+	b.mu.Unlock()
+	s.close()
+	if !conn.IsClosed() {
+		_ = conn.Close()
+	}
+	go func() { // amqp091 closes these on shutdown; drain whatever is left
+		for range blocked {
+		}
+	}()
+	if ctx.Err() != nil {
+		return nil
+	}
+	b.opts.Logger.Warn("rabbitmq connection lost; reconnecting", "error", why)
+	return why
+}
+
+// session is one live connection with its channels.
+type session struct {
+	conn *amqp.Connection
+	pubs []*publisher
+	next atomic.Uint64
+
+	pubMu   sync.Mutex // guards pubs' reopening
+	declMu  sync.Mutex // one declare at a time on declCh
+	declCh  *amqp.Channel
+	closeMu sync.Mutex
+	closed  bool
+}
+
+func newSession(conn *amqp.Connection, pubs int) *session {
+	return &session{conn: conn, pubs: make([]*publisher, pubs)}
+}
+
+func (s *session) close() {
+	s.closeMu.Lock()
+	s.closed = true
+	s.closeMu.Unlock()
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	for _, p := range s.pubs {
+		if p != nil {
+			p.shutdown()
+		}
+	}
+}
+
+// publisher returns a live confirm channel from the pool, opening it if it
+// is new or was closed by a channel error.
+func (s *session) publisher() (*publisher, error) {
+	i := int(s.next.Add(1) % uint64(len(s.pubs)))
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	if p := s.pubs[i]; p != nil && !p.isDead() {
+		return p, nil
+	}
+	p, err := newPublisher(s.conn)
+	if err != nil {
+		return nil, lostOr(err)
+	}
+	s.pubs[i] = p
+	return p, nil
+}
+
+func (s *session) publish(ctx context.Context, queue string, pub amqp.Publishing) error {
+	p, err := s.publisher()
+	if err != nil {
+		return err
+	}
+	return p.publish(ctx, queue, pub)
+}
+
+// declare declares one queue on the declaration channel, kept apart from
+// the publishing channels so that a refused declare (which closes its
+// channel) cannot cut off publishes in flight.
+func (s *session) declare(ctx context.Context, name string, durable bool, args amqp.Table) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.declMu.Lock()
+	defer s.declMu.Unlock()
+	if s.declCh == nil || s.declCh.IsClosed() {
+		ch, err := s.conn.Channel()
+		if err != nil {
+			return lostOr(err)
+		}
+		s.declCh = ch
+	}
+	_, err := s.declCh.QueueDeclare(name, durable, false, false, false, args)
+	var amqpErr *amqp.Error
+	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.PreconditionFailed {
+		return fmt.Errorf("%w: queue %q exists with other arguments than %v (%s); "+
+			"drain and delete it, or declare it as it is (for x-max-priority: set the Queue's MaxPriority to match, or NoPriorities)",
+			broker.ErrPreconditionFailed, name, args, amqpErr.Reason)
+	}
+	if err != nil {
+		return lostOr(err)
+	}
+	return nil
+}
+
+func (s *session) declareAll(ctx context.Context, specs []broker.QueueSpec) error {
+	for _, spec := range specs {
+		if err := s.declare(ctx, spec.Name, spec.Durable, table(broker.QueueArgs(spec))); err != nil {
+			return err
+		}
+		if err := s.declare(ctx, broker.DeadQueueName(spec.Name), true, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lostOr reports a closed connection or channel as ErrConnectionLost and
+// anything else as it is.
+func lostOr(err error) error {
+	var amqpErr *amqp.Error
+	// A soft (channel) error such as NOT_FOUND is an answer; a closed
+	// channel or a hard (connection) error means the connection is gone.
+	if errors.Is(err, amqp.ErrClosed) || (errors.As(err, &amqpErr) && !amqpErr.Recover) {
+		return fmt.Errorf("%w: %v", ErrConnectionLost, err)
+	}
+	return fmt.Errorf("rabbitmq: %w", err)
+}
+
+func table(args map[string]any) amqp.Table {
+	if len(args) == 0 {
+		return nil
+	}
+	return amqp.Table(args)
+}

@@ -1,0 +1,223 @@
+package rabbitmq
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuey-go/queuey/broker"
+)
+
+// consumer is one channel with basic.qos(prefetch) and one basic.consume.
+// Its goroutine turns amqp deliveries into broker deliveries; Cancel closes
+// the channel, so the broker takes back what is unsettled.
+type consumer struct {
+	queue string
+	ch    *amqp.Channel
+	out   chan broker.Delivery
+	stop  chan struct{}
+	ended chan struct{}
+
+	once      sync.Once
+	cancelled atomic.Bool
+	err       error // set before ended is closed
+}
+
+func (s *session) consume(queue string, prefetch int) (broker.Consumer, error) {
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return nil, lostOr(err)
+	}
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		_ = ch.Close()
+		return nil, lostOr(err)
+	}
+	deliveries, err := ch.Consume(queue, consumerTag(queue), false, false, false, false, nil)
+	if err != nil {
+		_ = ch.Close()
+		var amqpErr *amqp.Error
+		if errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound {
+			return nil, fmt.Errorf("%w: consume %q: %s", broker.ErrNoQueue, queue, amqpErr.Reason)
+		}
+		return nil, lostOr(err)
+	}
+	c := &consumer{
+		queue: queue,
+		ch:    ch,
+		out:   make(chan broker.Delivery),
+		stop:  make(chan struct{}),
+		ended: make(chan struct{}),
+	}
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	go c.run(deliveries, closed, s)
+	return c, nil
+}
+
+func (c *consumer) run(deliveries <-chan amqp.Delivery, closed <-chan *amqp.Error, s *session) {
+	defer close(c.ended)
+	defer close(c.out)
+	for {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				c.err = c.why(closed, s)
+				return
+			}
+			select {
+			case c.out <- &delivery{c: c, d: d, msg: message(c.queue, d)}:
+			case <-c.stop:
+				return
+			}
+		case <-c.stop:
+			return
+		}
+	}
+}
+
+// why the deliveries ended: nil after Cancel, ErrClosed when the backend
+// closed, else the lost connection or channel.
+func (c *consumer) why(closed <-chan *amqp.Error, s *session) error {
+	if c.cancelled.Load() {
+		return nil
+	}
+	s.closeMu.Lock()
+	backendClosing := s.closed
+	s.closeMu.Unlock()
+	var e *amqp.Error
+	select {
+	case e = <-closed:
+	default:
+	}
+	if backendClosing && e == nil {
+		return broker.ErrClosed
+	}
+	if e != nil {
+		return fmt.Errorf("%w: consumer of %q: %s", ErrConnectionLost, c.queue, e.Reason)
+	}
+	return fmt.Errorf("%w: consumer of %q", ErrConnectionLost, c.queue)
+}
+
+func (c *consumer) Deliveries() <-chan broker.Delivery { return c.out }
+
+func (c *consumer) Err() error {
+	select {
+	case <-c.ended:
+		return c.err
+	default:
+		return nil
+	}
+}
+
+// Cancel closes the consumer's channel; the broker puts its unsettled
+// deliveries back, and acks of them are refused from now on.
+func (c *consumer) Cancel() {
+	c.once.Do(func() {
+		c.cancelled.Store(true)
+		close(c.stop)
+		_ = c.ch.Close()
+		<-c.ended
+	})
+}
+
+// consumerTag is unique and says whose consumer it is.
+func consumerTag(queue string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	if len(queue) > 160 {
+		queue = queue[:160]
+	}
+	return "queuey." + queue + "." + hex.EncodeToString(b)
+}
+
+type delivery struct {
+	c       *consumer
+	d       amqp.Delivery
+	msg     broker.Message
+	settled atomic.Bool
+}
+
+func (d *delivery) Message() broker.Message { return d.msg }
+func (d *delivery) Redelivered() bool       { return d.d.Redelivered }
+
+func (d *delivery) Ack(context.Context) error {
+	if !d.settled.CompareAndSwap(false, true) {
+		return broker.ErrAlreadySettled
+	}
+	return d.settleErr(d.d.Ack(false))
+}
+
+func (d *delivery) Requeue(context.Context) error {
+	if !d.settled.CompareAndSwap(false, true) {
+		return broker.ErrAlreadySettled
+	}
+	return d.settleErr(d.d.Nack(false, true))
+}
+
+// settleErr: the delivery's own channel is closed, so the broker has taken
+// it back; it was never sent on another channel.
+func (d *delivery) settleErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if d.c.ch.IsClosed() || errors.Is(err, amqp.ErrClosed) {
+		return fmt.Errorf("%w: %v", broker.ErrStaleDelivery, err)
+	}
+	return fmt.Errorf("rabbitmq: settle: %w", err)
+}
+
+// message reads a delivery back into a broker.Message: the properties of
+// SPEC §7, and the string form of the other headers, without the ones the
+// broker adds on dead-lettering (x-death and friends).
+func message(queue string, d amqp.Delivery) broker.Message {
+	m := broker.Message{
+		Queue:    queue,
+		ID:       d.MessageId,
+		Type:     d.Type,
+		Priority: d.Priority,
+		Body:     d.Body,
+	}
+	for k, v := range d.Headers {
+		switch {
+		case k == broker.HeaderAttempt:
+			m.Attempt = toUint32(v)
+		case k == broker.HeaderDeferrals:
+			m.Deferrals = toUint32(v)
+		case k == "x-death" || strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-"):
+		default:
+			if m.Headers == nil {
+				m.Headers = map[string]string{}
+			}
+			m.Headers[k] = fmt.Sprint(v)
+		}
+	}
+	return m
+}
+
+func toUint32(v any) uint32 {
+	switch n := v.(type) {
+	case uint32:
+		return n
+	case int32:
+		return uint32(max(n, 0))
+	case int64:
+		return uint32(min(max(n, 0), 1<<32-1))
+	case uint16:
+		return uint32(n)
+	case int16:
+		return uint32(max(n, 0))
+	case uint8:
+		return uint32(n)
+	case int8:
+		return uint32(max(n, 0))
+	case int:
+		return uint32(min(max(n, 0), 1<<32-1))
+	}
+	return 0
+}

@@ -1,0 +1,22 @@
+// Package rabbitmq is the RabbitMQ backend, on github.com/rabbitmq/amqp091-go.
+//
+// Topology (SPEC §5-6): each work queue <q> is declared with x-max-priority,
+// next to <q>.dead; every wait is a hold queue <q>.deferred.<ttl_ms> whose
+// messages dead-letter back to <q> through the default exchange when their
+// TTL ends. Every publish goes through the default exchange, mandatory and
+// persistent, and returns only once the broker confirmed it; a message the
+// broker returned as unroutable is an error, never a success.
+//
+// The backend owns one connection. A connection actor, run by a supervisor,
+// dials it, drains its notifications and, when it is lost, dials again with
+// jittered, capped backoff and redeclares the topology; calls made meanwhile
+// wait for it, bounded by their ctx. It does not use amqp091's own recovery.
+// Publishes go through a pool of confirm-mode channels, each with many
+// outstanding publishes; a returned message is paired with its publish by
+// message id. Each consumer has a channel of its own with basic.qos(prefetch)
+// and manual acks, and each delivery remembers that channel, so an ack for a
+// delivery of a closed channel is refused, never sent on another one.
+//
+// A Backend is safe for concurrent use. Close it to stop its goroutines and
+// close the connection.
+package rabbitmq

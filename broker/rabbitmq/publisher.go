@@ -1,0 +1,191 @@
+package rabbitmq
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuey-go/queuey/broker"
+)
+
+// publisher is one confirm-mode channel with many publishes in flight.
+//
+// Pairing a basic.return with its publish: the broker sends the return of a
+// message before the ack of the same message on the same channel, and
+// amqp091 hands both to listeners from its one reader goroutine, in that
+// order. The returns listener is unbuffered, so the reader cannot go on to
+// the ack before the owner goroutine has taken the return; by the time
+// either side settles a publish, its return (if any) is recorded under its
+// message id.
+type publisher struct {
+	ch   *amqp.Channel
+	dead chan struct{} // closed when the channel is gone
+
+	mu       sync.Mutex
+	pending  map[uint64]*pendingPublish // by delivery tag
+	early    map[uint64]bool            // confirms that beat their registration: tag → acked
+	returned map[string]amqp.Return     // by message id, until the ack comes
+}
+
+type pendingPublish struct {
+	id   string
+	done chan error
+}
+
+func newPublisher(conn *amqp.Connection) (*publisher, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
+		return nil, err
+	}
+	p := &publisher{
+		ch:       ch,
+		dead:     make(chan struct{}),
+		pending:  map[uint64]*pendingPublish{},
+		early:    map[uint64]bool{},
+		returned: map[string]amqp.Return{},
+	}
+	returns := ch.NotifyReturn(make(chan amqp.Return)) // unbuffered: see the type's comment
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 256))
+	go p.own(returns, confirms)
+	return p, nil
+}
+
+// own receives the channel's returns and confirms until the channel closes,
+// then fails what is still pending.
+func (p *publisher) own(returns <-chan amqp.Return, confirms <-chan amqp.Confirmation) {
+	defer close(p.dead)
+	for {
+		select {
+		case r, ok := <-returns:
+			if !ok {
+				returns = nil
+				continue
+			}
+			p.mu.Lock()
+			p.returned[r.MessageId] = r
+			p.mu.Unlock()
+		case c, ok := <-confirms:
+			if !ok {
+				p.failAll()
+				if returns != nil {
+					for range returns { // amqp091 closes it too; let its reader finish
+					}
+				}
+				return
+			}
+			p.mu.Lock()
+			if pend, ok := p.pending[c.DeliveryTag]; ok {
+				delete(p.pending, c.DeliveryTag)
+				pend.done <- p.outcomeLocked(pend.id, c.Ack)
+			} else {
+				p.early[c.DeliveryTag] = c.Ack
+			}
+			p.mu.Unlock()
+		}
+	}
+}
+
+func (p *publisher) outcomeLocked(id string, acked bool) error {
+	if r, ok := p.returned[id]; ok {
+		delete(p.returned, id)
+		return fmt.Errorf("%w: the broker returned the message published to %q: %d %s",
+			broker.ErrUnroutable, r.RoutingKey, r.ReplyCode, r.ReplyText)
+	}
+	if !acked {
+		return ErrNacked
+	}
+	return nil
+}
+
+func (p *publisher) failAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for tag, pend := range p.pending {
+		pend.done <- fmt.Errorf("%w: the channel closed before the broker confirmed the publish", ErrConnectionLost)
+		delete(p.pending, tag)
+	}
+}
+
+func (p *publisher) isDead() bool {
+	select {
+	case <-p.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// shutdown closes the channel; the owner then fails what is pending.
+func (p *publisher) shutdown() { _ = p.ch.Close() }
+
+// publish sends pub to queue through the default exchange, mandatory, and
+// waits for its confirm.
+func (p *publisher) publish(ctx context.Context, queue string, pub amqp.Publishing) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	dc, err := p.ch.PublishWithDeferredConfirm("", queue, true, false, pub)
+	if err != nil {
+		return lostOr(err)
+	}
+	done := make(chan error, 1)
+	p.mu.Lock()
+	if acked, ok := p.early[dc.DeliveryTag]; ok {
+		delete(p.early, dc.DeliveryTag)
+		done <- p.outcomeLocked(pub.MessageId, acked)
+	} else {
+		p.pending[dc.DeliveryTag] = &pendingPublish{id: pub.MessageId, done: done}
+	}
+	p.mu.Unlock()
+	select {
+	case err := <-done:
+		return err
+	case <-p.dead:
+		select {
+		case err := <-done:
+			return err
+		default:
+			return fmt.Errorf("%w: the channel closed before the broker confirmed the publish", ErrConnectionLost)
+		}
+	case <-ctx.Done():
+		// The owner still settles the tag; nobody waits for it.
+		return fmt.Errorf("rabbitmq: waiting for the confirm of a publish to %q: %w", queue, ctx.Err())
+	}
+}
+
+// publishing is msg on the wire (SPEC §7): JSON, persistent, message id =
+// job id, type = kind, priority, x-attempt and x-deferrals headers, plus
+// msg's own headers and extra.
+func publishing(msg broker.Message, extra amqp.Table) amqp.Publishing {
+	headers := amqp.Table{
+		broker.HeaderAttempt:   msg.Attempt,
+		broker.HeaderDeferrals: msg.Deferrals,
+	}
+	for k, v := range msg.Headers {
+		if _, reserved := headers[k]; !reserved {
+			headers[k] = v
+		}
+	}
+	for k, v := range extra {
+		headers[k] = v
+	}
+	typ := msg.Type
+	if len(typ) > 255 {
+		typ = typ[:255]
+	}
+	return amqp.Publishing{
+		ContentType:  "application/json",
+		DeliveryMode: amqp.Persistent,
+		MessageId:    msg.ID,
+		Type:         typ,
+		Priority:     msg.Priority,
+		Headers:      headers,
+		Body:         msg.Body,
+	}
+}
