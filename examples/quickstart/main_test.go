@@ -79,7 +79,7 @@ func TestTour(t *testing.T) {
 	t.Run("a fatal failure is dead-lettered with its reason", func(t *testing.T) {
 		inOrder(t, lines,
 			`-> send_email fatal (invalid address "ada@"): dead-lettered at once`,
-			`dead letter on quickstart.jobs: send_email (attempt 1): fatal error: job failed (fatal): invalid address "ada@"`,
+			`dead letter on quickstart.jobs: send_email (attempt 1): fatal error: invalid address "ada@"`,
 		)
 	})
 
