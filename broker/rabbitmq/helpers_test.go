@@ -1,0 +1,84 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/queuey-go/queuey/broker/rabbitmq"
+)
+
+// unique returns a queue-name prefix no other test uses.
+func unique(name string) string {
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	return "qt." + name + "." + hex.EncodeToString(b)
+}
+
+// rabbitmqctl runs a broker command with a timeout and returns its output.
+func rabbitmqctl(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "rabbitmqctl", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// queueInfo is one row of `rabbitmqctl list_queues name arguments durable messages`.
+type queueInfo struct {
+	Name      string
+	Arguments map[string]any
+	Durable   bool
+	Messages  int
+}
+
+// listQueues reads back the queues whose names start with prefix.
+func listQueues(t *testing.T, prefix string) map[string]queueInfo {
+	t.Helper()
+	out := rabbitmqctl(t, "list_queues", "name", "arguments", "durable", "messages", "--formatter", "json", "--quiet")
+	var rows []struct {
+		Name      string  `json:"name"`
+		Arguments [][]any `json:"arguments"`
+		Durable   bool    `json:"durable"`
+		Messages  int     `json:"messages"`
+	}
+	if err := json.Unmarshal([]byte(out[strings.Index(out, "["):]), &rows); err != nil {
+		t.Fatalf("list_queues output: %v\n%s", err, out)
+	}
+	got := map[string]queueInfo{}
+	for _, r := range rows {
+		if !strings.HasPrefix(r.Name, prefix) {
+			continue
+		}
+		info := queueInfo{Name: r.Name, Arguments: map[string]any{}, Durable: r.Durable, Messages: r.Messages}
+		for _, a := range r.Arguments { // [name, type, value]
+			info.Arguments[a[0].(string)] = a[2]
+		}
+		got[r.Name] = info
+	}
+	return got
+}
+
+// deletePrefixed deletes every queue whose name starts with prefix.
+func deletePrefixed(t *testing.T, prefix string) {
+	t.Helper()
+	for name := range listQueues(t, prefix) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		out, err := exec.CommandContext(ctx, "rabbitmqctl", "delete_queue", name).CombinedOutput()
+		cancel()
+		if err != nil && !strings.Contains(string(out), "not found") { // a hold queue may expire meanwhile
+			t.Errorf("delete %s: %v\n%s", name, err, out)
+		}
+	}
+}
+
+// rabbitmqOptionsFewChannels puts many publishes on each confirm channel.
+var rabbitmqOptionsFewChannels = rabbitmq.Options{PublishChannels: 2}

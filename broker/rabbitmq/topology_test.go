@@ -1,0 +1,152 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/queuey-go/queuey"
+	"github.com/queuey-go/queuey/broker"
+)
+
+type topoJob struct{}
+
+func (topoJob) Kind() string        { return "topo" }
+func (topoJob) Queue() queuey.Queue { return queuey.Queue{Name: "emails"} }
+
+type plainJob struct{}
+
+func (plainJob) Kind() string        { return "plain" }
+func (plainJob) Queue() queuey.Queue { return queuey.Queue{Name: "plain"} }
+
+// The topology of SPEC §5, read back from the broker itself.
+func TestTopologyReadBackFromTheBroker(t *testing.T) {
+	prefix := unique("topo")
+	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	b := dial(t, nil)
+	defer b.Close()
+	set := queuey.QueueSet{Prefix: prefix, Queues: []queuey.Queue{
+		{Name: "emails"},
+		{Name: "plain", MaxPriority: queuey.NoPriorities, Transient: true},
+	}}
+	p, err := queuey.NewProducer(t.Context(), b, set, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Defer(t.Context(), topoJob{}, 29200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.EnqueueAfter(t.Context(), plainJob{}, 1500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	emails, plain := prefix+".emails", prefix+".plain"
+	want := map[string]queueInfo{
+		emails:           {Name: emails, Durable: true, Arguments: map[string]any{"x-max-priority": 10.0}},
+		emails + ".dead": {Name: emails + ".dead", Durable: true, Arguments: map[string]any{}},
+		emails + ".deferred.30000": {Name: emails + ".deferred.30000", Durable: true, Messages: 1, Arguments: map[string]any{
+			"x-message-ttl": 30000.0, "x-expires": 60000.0, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": emails,
+		}},
+		plain:           {Name: plain, Durable: false, Arguments: map[string]any{}},
+		plain + ".dead": {Name: plain + ".dead", Durable: true, Arguments: map[string]any{}},
+		plain + ".deferred.2000": {Name: plain + ".deferred.2000", Durable: false, Messages: 1, Arguments: map[string]any{
+			"x-message-ttl": 2000.0, "x-expires": 4000.0, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": plain,
+		}},
+	}
+	got := listQueues(t, prefix)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("topology on the broker differs (-want +got):\n%s", diff)
+	}
+}
+
+// A returned message is never reported as published, with many publishes
+// in flight on the same channels at once.
+func TestUnroutablePublishesAreNeverReportedAsSent(t *testing.T) {
+	prefix := unique("returns")
+	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	b := dial(t, &rabbitmqOptionsFewChannels)
+	defer b.Close()
+	q := prefix + ".work"
+	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	const each = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, 8*each)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range each {
+				target, routable := q, i%2 == 0
+				if !routable {
+					target = prefix + ".missing"
+				}
+				err := b.Publish(context.Background(), broker.Message{Queue: target, ID: fmt.Sprintf("%d-%d", g, i), Body: []byte("{}")})
+				switch {
+				case routable && err != nil:
+					errs <- fmt.Errorf("routable publish %d-%d failed: %w", g, i, err)
+				case !routable && !errors.Is(err, broker.ErrUnroutable):
+					errs <- fmt.Errorf("unroutable publish %d-%d: got %v, want ErrUnroutable", g, i, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if got := listQueues(t, q)[q].Messages; got != 8*each/2 {
+		t.Errorf("messages on the queue: got %d, want %d", got, 8*each/2)
+	}
+}
+
+// x-expires counts declares, not publishes: feeding one hold queue for 3×
+// its TTL loses nothing because it is redeclared often enough.
+func TestAHoldQueueFedForThreeTTLsLosesNothing(t *testing.T) {
+	prefix := unique("feed")
+	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	b := dial(t, nil)
+	defer b.Close()
+	q := prefix + ".work"
+	ctx := t.Context()
+	if err := b.Declare(ctx, broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := b.Consume(ctx, q, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Cancel()
+	const n = 1000
+	got := make(chan int, 1)
+	go func() {
+		seen := 0
+		for d := range c.Deliveries() {
+			_ = d.Ack(ctx)
+			if seen++; seen == n {
+				break
+			}
+		}
+		got <- seen
+	}()
+	tick := time.NewTicker(3 * time.Millisecond) // 1,000 holds over about 3 s
+	defer tick.Stop()
+	for i := range n {
+		<-tick.C
+		if err := b.Hold(ctx, broker.Message{Queue: q, ID: fmt.Sprint(i), Body: []byte("{}")}, time.Second); err != nil {
+			t.Fatalf("hold %d: %v", i, err)
+		}
+	}
+	select {
+	case seen := <-got:
+		if seen != n {
+			t.Errorf("arrived: got %d, want %d", seen, n)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("not every held message arrived within 15 s")
+	}
+}
