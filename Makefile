@@ -8,6 +8,8 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+	@echo "fault tests (they restart the broker, so they run alone):"
+	QUEUEY_FAULTS=1 $(GO) test -race -count=1 -run '^TestFault' ./broker/rabbitmq/
 
 ## demo: the quick-start tour on the in-memory backend; no broker needed
 demo:

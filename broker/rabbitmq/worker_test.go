@@ -1,0 +1,324 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/queuey-go/queuey"
+	"github.com/queuey-go/queuey/broker/rabbitmq"
+)
+
+// job is the worker tests' job; its queue's settings come from each test's
+// QueueSet, by name.
+type job struct {
+	Name     string        `json:"name"`
+	Defers   int           `json:"defers,omitempty"`
+	Fail     int           `json:"fail,omitempty"`
+	Work     time.Duration `json:"work,omitempty"`
+	Backoff  time.Duration `json:"backoff,omitempty"`
+	Attempts int           `json:"attempts,omitempty"`
+}
+
+func (job) Kind() string        { return "job" }
+func (job) Queue() queuey.Queue { return queuey.Queue{Name: "work"} }
+
+// RetryPolicy lets a job carry its own backoff.
+func (j job) RetryPolicy() queuey.RetryPolicy {
+	return queuey.RetryPolicy{MaxAttempts: max(j.Attempts, 1), Backoff: queuey.FixedBackoff(j.Backoff)}
+}
+
+type run struct {
+	queuey.JobContext
+	Name string
+	At   time.Time
+}
+
+// rig is a worker and producer on the real broker with a log of runs.
+type rig struct {
+	t        *testing.T
+	prefix   string
+	backend  *rabbitmq.Backend
+	producer *queuey.Producer
+	worker   *queuey.Worker
+
+	mu   sync.Mutex
+	runs []run
+	want int
+	done chan struct{}
+	stop context.CancelFunc
+	ran  chan error
+}
+
+func newRig(t *testing.T, q queuey.Queue, opts *rabbitmq.Options) *rig {
+	t.Helper()
+	r := &rig{t: t, prefix: unique("worker"), done: make(chan struct{})}
+	t.Cleanup(func() { deletePrefixed(t, r.prefix) })
+	if opts == nil {
+		opts = &rabbitmq.Options{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	r.backend = dial(t, opts)
+	t.Cleanup(func() { _ = r.backend.Close() })
+	set := queuey.QueueSet{Prefix: r.prefix, Queues: []queuey.Queue{q}, RetryGranularity: 100 * time.Millisecond, DeferGranularity: 100 * time.Millisecond}
+	var err error
+	if r.producer, err = queuey.NewProducer(t.Context(), r.backend, set, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.worker, err = queuey.NewWorker(r.backend, set, &queuey.WorkerConfig{
+		Concurrency: 1,
+		Logger:      slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = queuey.Handle(r.worker, func(ctx context.Context, j job, jc queuey.JobContext) error {
+		r.record(j.Name, jc)
+		if j.Work > 0 {
+			select {
+			case <-time.After(j.Work): // the job's own work
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		switch {
+		case jc.Deferrals < j.Defers:
+			return queuey.Defer(time.Second, "rate limited")
+		case jc.Attempt <= j.Fail:
+			return fmt.Errorf("%s failed", j.Name)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (r *rig) record(name string, jc queuey.JobContext) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.runs = append(r.runs, run{JobContext: jc, Name: name, At: time.Now()})
+	if len(r.runs) == r.want {
+		close(r.done)
+	}
+}
+
+func (r *rig) enqueue(j job) string {
+	r.t.Helper()
+	id, err := r.producer.Enqueue(r.t.Context(), j)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return id
+}
+
+// start runs the worker until the test ends; wait returns after want runs.
+func (r *rig) start(want int) {
+	r.want = want
+	ctx, stop := context.WithCancel(context.Background())
+	r.stop, r.ran = stop, make(chan error, 1)
+	go func() { r.ran <- r.worker.Run(ctx) }()
+	r.t.Cleanup(r.shutdown)
+}
+
+func (r *rig) shutdown() {
+	if r.stop == nil {
+		return
+	}
+	r.stop()
+	r.stop = nil
+	if err := <-r.ran; err != nil {
+		r.t.Errorf("worker: %v", err)
+	}
+}
+
+func (r *rig) wait(within time.Duration) []run {
+	r.t.Helper()
+	select {
+	case <-r.done:
+	case <-time.After(within):
+		r.t.Fatalf("only %d of %d runs within %v", len(r.snapshot()), r.want, within)
+	}
+	return r.snapshot()
+}
+
+func (r *rig) snapshot() []run {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.runs)
+}
+
+func names(runs []run) string {
+	var s []string
+	for _, r := range runs {
+		s = append(s, r.Name)
+	}
+	return strings.Join(s, " ")
+}
+
+func TestADeferredJobOvertakesABacklogOfTwenty(t *testing.T) {
+	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 1}, nil)
+	r.enqueue(job{Name: "limited", Defers: 1})
+	for i := range 20 {
+		r.enqueue(job{Name: fmt.Sprintf("b%02d", i), Work: 100 * time.Millisecond})
+	}
+	r.start(22)
+	runs := r.wait(30 * time.Second)
+	at := slices.IndexFunc(runs[1:], func(x run) bool { return x.Name == "limited" }) + 1
+	if at == 0 {
+		t.Fatalf("the deferred job did not run again: %s", names(runs))
+	}
+	second := runs[at]
+	if second.Attempt != 1 || second.Deferrals != 1 || second.Priority != 10 {
+		t.Errorf("second run: attempt %d deferrals %d priority %d, want 1, 1, 10", second.Attempt, second.Deferrals, second.Priority)
+	}
+	// Released after 1 s while the backlog takes 2 s: it must not wait for
+	// the rest of the backlog.
+	if behind := len(runs) - 1 - at; behind < 5 {
+		t.Errorf("only %d backlog jobs ran after the deferred job; it did not overtake: %s", behind, names(runs))
+	}
+	if wait := second.At.Sub(runs[0].At); wait < time.Second {
+		t.Errorf("the deferred job came back after %v, before its 1 s", wait)
+	}
+}
+
+func TestWithoutPrioritiesADeferredJobComesBackFIFOOnTheBroker(t *testing.T) {
+	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 1, MaxPriority: queuey.NoPriorities}, nil)
+	r.enqueue(job{Name: "limited", Defers: 1})
+	for i := range 20 {
+		r.enqueue(job{Name: fmt.Sprintf("b%02d", i), Work: 100 * time.Millisecond})
+	}
+	r.start(22)
+	runs := r.wait(30 * time.Second)
+	last := runs[len(runs)-1]
+	if last.Name != "limited" || last.Priority != 0 || last.Deferrals != 1 {
+		t.Errorf("last run: %s priority %d deferrals %d, want limited at priority 0 with 1 deferral (order %s)",
+			last.Name, last.Priority, last.Deferrals, names(runs))
+	}
+}
+
+func TestAShortRetryIsNotStuckBehindALongOne(t *testing.T) {
+	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 2}, nil)
+	r.enqueue(job{Name: "six", Fail: 1, Attempts: 2, Backoff: 6 * time.Second})
+	r.enqueue(job{Name: "one", Fail: 1, Attempts: 2, Backoff: time.Second})
+	r.start(4)
+	runs := r.wait(30 * time.Second)
+	if got := names(runs); got != "six one one six" {
+		t.Errorf("run order: got %q, want %q", got, "six one one six")
+	}
+	if d := runs[2].At.Sub(runs[1].At); d < time.Second || d > 4*time.Second {
+		t.Errorf("the 1 s retry came back after %v", d)
+	}
+}
+
+// The worker's connection is closed by the broker three times while jobs
+// run: it reconnects by itself, loses nothing, and only jobs in flight at a
+// cut run twice.
+func TestTheWorkerSurvivesClosedConnections(t *testing.T) {
+	name := unique("conn")
+	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 4}, &rabbitmq.Options{ConnectionName: name, ReconnectMin: 50 * time.Millisecond})
+	const jobs = 40
+	for i := range jobs {
+		r.enqueue(job{Name: fmt.Sprintf("j%02d", i), Work: 50 * time.Millisecond})
+	}
+	r.start(-1)
+	for cut := range 3 {
+		waitForRuns(t, r, (cut+1)*8)
+		closeConnection(t, name)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for distinct(r.snapshot()) < jobs && time.Now().Before(deadline) {
+		<-time.After(50 * time.Millisecond) // polls the broker-driven outcome
+	}
+	runs := r.snapshot()
+	if got := distinct(runs); got != jobs {
+		t.Fatalf("jobs that ran: got %d, want %d", got, jobs)
+	}
+	if dup := len(runs) - jobs; dup > 3*4 {
+		t.Errorf("%d duplicate runs, more than the prefetch (4) per cut", dup)
+	}
+	r.shutdown()
+	if left := listQueues(t, r.prefix+".work")[r.prefix+".work"].Messages; left != 0 {
+		t.Errorf("messages left on the queue: %d", left)
+	}
+	t.Logf("%d runs for %d jobs across 3 closed connections", len(runs), jobs)
+}
+
+func waitForRuns(t *testing.T, r *rig, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for len(r.snapshot()) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d runs, waiting for %d", len(r.snapshot()), n)
+		}
+		<-time.After(10 * time.Millisecond)
+	}
+}
+
+func distinct(runs []run) int {
+	seen := map[string]bool{}
+	for _, r := range runs {
+		seen[r.JobID] = true
+	}
+	return len(seen)
+}
+
+// closeConnection closes, from the broker's side, the connection named name.
+func closeConnection(t *testing.T, name string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for _, line := range strings.Split(rabbitmqctl(t, "list_connections", "pid", "client_properties", "--quiet"), "\n") {
+			if strings.Contains(line, `"`+name+`"`) || strings.Contains(line, "<<\""+name+"\">>") || strings.Contains(line, name) {
+				pid := strings.Fields(line)[0]
+				rabbitmqctl(t, "close_connection", pid, "queuey fault test")
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection named %s", name)
+		}
+		<-time.After(100 * time.Millisecond) // the reconnect is under way
+	}
+}
+
+// TestFaultBrokerRestartKeepsHeldJobs stops and starts the broker's
+// application, which cuts every connection on this machine's broker: it
+// runs only when QUEUEY_FAULTS=1 (make test runs it alone, after the rest).
+func TestFaultBrokerRestartKeepsHeldJobs(t *testing.T) {
+	if os.Getenv("QUEUEY_FAULTS") != "1" {
+		t.Skip("restarts the broker; make test runs it alone with QUEUEY_FAULTS=1")
+	}
+	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 4}, &rabbitmq.Options{ReconnectMin: 200 * time.Millisecond, ReconnectMax: time.Second})
+	const jobs = 10
+	due := map[string]time.Time{}
+	for i := range jobs {
+		id, err := r.producer.Defer(t.Context(), job{Name: fmt.Sprintf("h%d", i)}, 8*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		due[id] = time.Now().Add(8 * time.Second)
+	}
+	r.start(jobs)
+	rabbitmqctl(t, "stop_app")
+	rabbitmqctl(t, "start_app")
+	rabbitmqctl(t, "await_startup")
+	runs := r.wait(60 * time.Second)
+	for _, run := range runs {
+		if run.At.Before(due[run.JobID]) {
+			t.Errorf("%s ran %v early", run.Name, due[run.JobID].Sub(run.At))
+		}
+	}
+	if got := distinct(runs); got != jobs {
+		t.Errorf("held jobs that ran after the restart: got %d, want %d", got, jobs)
+	}
+}
