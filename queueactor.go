@@ -31,6 +31,13 @@ var errConsumerLost = errors.New("consumer ended unexpectedly")
 
 func (a *queueActor) Run(ctx context.Context) error {
 	consumer, err := a.w.backend.Consume(ctx, a.q.broker, a.q.prefetch)
+	if errors.Is(err, broker.ErrNoQueue) {
+		// Deleted behind our back: declare it again rather than crash-loop.
+		a.w.log.Warn("queue is gone; declaring it again", "queue", a.q.broker)
+		if err = a.w.backend.Declare(ctx, a.q.spec()); err == nil {
+			consumer, err = a.w.backend.Consume(ctx, a.q.broker, a.q.prefetch)
+		}
+	}
 	if errors.Is(err, broker.ErrClosed) {
 		a.fail(fmt.Errorf("queue %q: %w", a.q.broker, err))
 		return nil

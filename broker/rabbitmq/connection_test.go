@@ -1,0 +1,254 @@
+package rabbitmq_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/queuey-go/queuey"
+	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/broker/rabbitmq"
+)
+
+const sentinel = "s3cr3t-sentinel-pw"
+
+func TestRefusedCredentialsAreReportedOnceWithoutThePassword(t *testing.T) {
+	for _, tc := range []struct {
+		name, url string
+	}{
+		{"wrong password", "amqp://guest:" + sentinel + "@127.0.0.1:5672/"},
+		{"missing vhost", "amqp://guest:guest@127.0.0.1:5672/no-such-vhost"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			b, err := rabbitmq.Dial(ctx, tc.url, &rabbitmq.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if err == nil {
+				b.Close()
+				t.Fatal("Dial succeeded")
+			}
+			if !errors.Is(err, rabbitmq.ErrAccessRefused) {
+				t.Errorf("got %v, want ErrAccessRefused", err)
+			}
+			for _, text := range []string{err.Error(), fmt.Sprintf("%+v", err), logs.String()} {
+				if strings.Contains(text, sentinel) {
+					t.Errorf("the password leaked: %q", text)
+				}
+			}
+		})
+	}
+}
+
+func TestNoBrokerSaysHowToStartOne(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	_, err = rabbitmq.Dial(t.Context(), "amqp://guest:"+sentinel+"@"+addr+"/", nil)
+	if err == nil || !strings.Contains(err.Error(), "rabbitmq-server -detached") || strings.Contains(err.Error(), sentinel) {
+		t.Errorf("got %v, want advice on starting a broker and no password", err)
+	}
+}
+
+func TestAMQPSVerifiesCertificatesByDefault(t *testing.T) {
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = io.Copy(io.Discard, c) // the handshake fails on the client's side
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err = rabbitmq.Dial(ctx, "amqps://guest:guest@"+l.Addr().String()+"/", nil)
+	var unknownCA x509.UnknownAuthorityError
+	if err == nil || !(errors.As(err, &unknownCA) || strings.Contains(err.Error(), "certificate")) {
+		t.Errorf("got %v, want a certificate verification error", err)
+	}
+}
+
+func TestRedactHidesThePassword(t *testing.T) {
+	got := rabbitmq.Redact("amqps://user:" + sentinel + "@host:5671/vh")
+	if strings.Contains(got, sentinel) || !strings.Contains(got, "user:xxxxx@host:5671") {
+		t.Errorf("Redact: got %q", got)
+	}
+}
+
+type pJob struct{}
+
+func (pJob) Kind() string        { return "p" }
+func (pJob) Queue() queuey.Queue { return queuey.Queue{Name: "work"} }
+
+func TestAChangedMaxPriorityIsAClearErrorOnTheBroker(t *testing.T) {
+	prefix := unique("prio")
+	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	b := dial(t, nil)
+	defer b.Close()
+	set := queuey.QueueSet{Prefix: prefix, Queues: []queuey.Queue{{Name: "work"}}}
+	if _, err := queuey.NewProducer(t.Context(), b, set, nil); err != nil {
+		t.Fatal(err)
+	}
+	set.Queues[0].MaxPriority = queuey.NoPriorities
+	_, err := queuey.NewProducer(t.Context(), b, set, nil)
+	if !errors.Is(err, broker.ErrPreconditionFailed) || !strings.Contains(err.Error(), prefix+".work") || !strings.Contains(err.Error(), "MaxPriority") {
+		t.Errorf("got %v, want ErrPreconditionFailed naming the queue and the fix", err)
+	}
+	// The backend still works.
+	set.Queues[0].MaxPriority = 0
+	p, err := queuey.NewProducer(t.Context(), b, set, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Enqueue(t.Context(), pJob{}); err != nil {
+		t.Errorf("enqueue after a refused declare: %v", err)
+	}
+}
+
+// While the broker cannot be reached, a publish waits for it, bounded by
+// its ctx, and goes through once the connection is back.
+func TestPublishesWaitForTheConnection(t *testing.T) {
+	proxy := newProxy(t, "127.0.0.1:5672")
+	prefix := unique("wait")
+	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	ctx := t.Context()
+	b, err := rabbitmq.Dial(ctx, "amqp://guest:guest@"+proxy.addr+"/", &rabbitmq.Options{
+		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	q := prefix + ".work"
+	if err := b.Declare(ctx, broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	proxy.down()
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	err = b.Publish(short, broker.Message{Queue: q, ID: "1", Body: []byte("{}")})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("publish while down: got %v, want the ctx deadline", err)
+	}
+	proxy.up()
+	long, cancel2 := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel2()
+	if err := b.Publish(long, broker.Message{Queue: q, ID: "2", Body: []byte("{}")}); err != nil {
+		t.Fatalf("publish after the broker came back: %v", err)
+	}
+}
+
+// proxy forwards a loopback port to the broker and can be cut.
+type proxy struct {
+	t      *testing.T
+	addr   string
+	target string
+	mu     sync.Mutex
+	l      net.Listener
+	conns  []net.Conn
+	wg     sync.WaitGroup
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	p := &proxy{t: t, target: target}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = l.Addr().String()
+	p.serve(l)
+	t.Cleanup(func() { p.down(); p.wg.Wait() })
+	return p
+}
+
+func (p *proxy) serve(l net.Listener) {
+	p.mu.Lock()
+	p.l = l
+	p.mu.Unlock()
+	p.wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			p.wg.Go(func() { _, _ = io.Copy(up, c); up.Close() })
+			p.wg.Go(func() { _, _ = io.Copy(c, up); c.Close() })
+		}
+	})
+}
+
+// down closes the listener and every forwarded connection.
+func (p *proxy) down() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.l != nil {
+		p.l.Close()
+		p.l = nil
+	}
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// up listens again on the same address.
+func (p *proxy) up() {
+	l, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.serve(l)
+}
+
+func selfSigned(t *testing.T) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
