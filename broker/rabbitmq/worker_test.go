@@ -1,6 +1,7 @@
 package rabbitmq_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/queuey-go/queuey"
+	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/rabbitmq"
 )
 
@@ -320,5 +322,61 @@ func TestFaultBrokerRestartKeepsHeldJobs(t *testing.T) {
 	}
 	if got := distinct(runs); got != jobs {
 		t.Errorf("held jobs that ran after the restart: got %d, want %d", got, jobs)
+	}
+}
+
+// A work queue deleted behind the worker's back is declared again and
+// consumed again; the worker keeps running.
+func TestADeletedWorkQueueIsDeclaredAgain(t *testing.T) {
+	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 1}, nil)
+	r.start(2)
+	r.enqueue(job{Name: "before"})
+	waitForRuns(t, r, 1)
+	q := r.prefix + ".work"
+	rabbitmqctl(t, "delete_queue", q)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, ok := listQueues(t, q)[q]; ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was not declared again", q)
+		}
+		<-time.After(100 * time.Millisecond)
+	}
+	r.enqueue(job{Name: "after"})
+	if got := names(r.wait(20 * time.Second)); got != "before after" {
+		t.Errorf("runs: got %q, want %q", got, "before after")
+	}
+}
+
+// A body that is not an envelope is moved to the dead letters verbatim,
+// with its reason, and the queue keeps flowing.
+func TestAMalformedBodyIsDeadLetteredVerbatim(t *testing.T) {
+	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 1}, nil)
+	q := r.prefix + ".work"
+	garbage := []byte("\x00{not an envelope")
+	if err := r.backend.Publish(t.Context(), broker.Message{Queue: q, Body: garbage}); err != nil {
+		t.Fatal(err)
+	}
+	r.enqueue(job{Name: "fine"})
+	r.start(1)
+	if got := names(r.wait(20 * time.Second)); got != "fine" {
+		t.Errorf("runs: got %q, want fine", got)
+	}
+	dead, err := r.backend.Consume(t.Context(), broker.DeadQueueName(q), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dead.Cancel()
+	select {
+	case d := <-dead.Deliveries():
+		m := d.Message()
+		if !bytes.Equal(m.Body, garbage) || !strings.HasPrefix(m.Headers[broker.HeaderDeathReason], "malformed envelope") {
+			t.Errorf("dead letter: body %q reason %q, want the garbage verbatim and a malformed-envelope reason", m.Body, m.Headers[broker.HeaderDeathReason])
+		}
+		_ = d.Ack(t.Context())
+	case <-time.After(10 * time.Second):
+		t.Fatal("no dead letter")
 	}
 }
