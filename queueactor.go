@@ -20,10 +20,11 @@ import (
 // lost) ends Run with an error and the supervisor starts it again, and the
 // broker hands the unsettled deliveries out again.
 type queueActor struct {
-	w    *Worker
-	q    *queueConfig
-	hold *actor.Actor[holdRequest]
-	fail context.CancelCauseFunc // stops the whole worker, for a closed backend
+	w        *Worker
+	q        *queueConfig
+	hold     *actor.Actor[holdRequest]
+	fail     context.CancelCauseFunc // stops the whole worker, for a closed backend
+	stopping context.Context         // ends when the worker starts to stop
 }
 
 // errConsumerLost reports a consumer that ended on its own.
@@ -52,8 +53,15 @@ func (a *queueActor) Run(ctx context.Context) error {
 	handlerCtx, hardStop := context.WithCancel(context.WithoutCancel(ctx))
 	defer hardStop()
 
+	// The supervisor stops its children one at a time; every queue actor
+	// stops pulling as soon as the worker is stopping, not when its turn
+	// to return comes.
+	pullCtx, stopPulling := context.WithCancel(ctx)
+	defer stopPulling()
+	defer context.AfterFunc(a.stopping, stopPulling)()
+
 	mb := mailbox.New[broker.Delivery](a.q.prefetch)
-	pumpCtx, stopPump := context.WithCancel(ctx)
+	pumpCtx, stopPump := context.WithCancel(pullCtx)
 	defer stopPump()
 	pumped := make(chan error, 1)
 	lost := make(chan struct{}) // closed when the consumer ended on its own
@@ -61,11 +69,11 @@ func (a *queueActor) Run(ctx context.Context) error {
 
 	var running sync.WaitGroup
 	for {
-		d, err := mb.Get(ctx)
+		d, err := mb.Get(pullCtx)
 		if err != nil {
-			break // ctx ended, or the pump closed the mailbox
+			break // stopping, or the pump closed the mailbox
 		}
-		if err := a.w.slots.Acquire(ctx, 1); err != nil {
+		if err := a.w.slots.Acquire(pullCtx, 1); err != nil {
 			requeue(d, a.w.log)
 			break
 		}

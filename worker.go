@@ -227,7 +227,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer hold.Stop()
 	children := []supervisor.Child{{Name: "hold", Run: hold.Run, Restart: supervisor.Permanent}}
 	for _, q := range w.queues {
-		a := &queueActor{w: w, q: q, hold: hold, fail: fail}
+		a := &queueActor{w: w, q: q, hold: hold, fail: fail, stopping: ctx}
 		children = append(children, supervisor.Child{Name: "queue:" + q.broker, Run: a.Run, Restart: supervisor.Permanent})
 	}
 	sup := supervisor.New(supervisor.Spec{
