@@ -9,4 +9,4 @@ require (
 	golang.org/x/sync v0.25.0
 )
 
-require github.com/rabbitmq/amqp091-go v1.16.0 // indirect
+require github.com/rabbitmq/amqp091-go v1.16.0

@@ -74,7 +74,7 @@ func (a *queueActor) Run(ctx context.Context) error {
 			break // stopping, or the pump closed the mailbox
 		}
 		if err := a.w.slots.Acquire(pullCtx, 1); err != nil {
-			requeue(d, a.w.log)
+			requeue(d, jobLog{l: a.w.log, queue: a.q.broker})
 			break
 		}
 		select {
@@ -93,7 +93,7 @@ func (a *queueActor) Run(ctx context.Context) error {
 	stopPump()
 	why := <-pumped
 	for _, d := range mb.Drain() { // pulled, never started: back to the broker
-		requeue(d, a.w.log)
+		requeue(d, jobLog{l: a.w.log, queue: a.q.broker})
 	}
 	a.waitFor(&running, hardStop)
 
@@ -126,7 +126,7 @@ func pump(ctx context.Context, c broker.Consumer, mb *mailbox.Mailbox[broker.Del
 				return fmt.Errorf("%w: %w", errConsumerLost, cmp.Or(c.Err(), broker.ErrClosed))
 			}
 			if err := mb.Put(ctx, d); err != nil {
-				requeue(d, nil)
+				requeue(d, jobLog{})
 				return nil
 			}
 		}
@@ -153,8 +153,8 @@ func (a *queueActor) waitFor(running *sync.WaitGroup, hardStop context.CancelFun
 	<-done
 }
 
-func requeue(d broker.Delivery, log *slog.Logger) {
-	if err := d.Requeue(context.Background()); err != nil && log != nil {
+func requeue(d broker.Delivery, log jobLog) {
+	if err := d.Requeue(context.Background()); err != nil {
 		log.Debug("could not requeue a delivery; the broker takes it back when the consumer ends", "error", err)
 	}
 }
@@ -164,29 +164,31 @@ func (w *Worker) process(ctx context.Context, q *queueConfig, hold *actor.Actor[
 	msg := d.Message()
 	env, err := broker.DecodeEnvelope(msg.Body)
 	if err != nil {
-		w.log.Error("message body is not a valid envelope; dead-lettering it verbatim", "queue", q.broker, "error", err)
+		log := jobLog{l: w.log, queue: q.broker}
+		log.Error("message body is not a valid envelope; dead-lettering it verbatim", "error", err)
 		msg.Queue = q.broker
-		w.deadLetter(ctx, w.log, d, msg, "malformed envelope: "+err.Error())
+		w.deadLetter(ctx, log, d, msg, "malformed envelope: "+err.Error())
 		return
 	}
 	env.Queue = q.broker // republish where it came from, whatever the body says
-	log := w.log.With("job_id", env.JobID, "kind", env.JobType, "queue", q.broker, "attempt", env.Attempt)
-	msg, err = env.Message()
-	if err != nil { // cannot happen for an envelope that just decoded
-		w.settleFailed(log, "encode", err)
-		return
+	log := jobLog{l: w.log, id: env.JobID, kind: env.JobType, queue: q.broker, attempt: env.Attempt}
+	// The original as it is re-published to the dead letters; encoded only
+	// on that path.
+	original := func() broker.Message {
+		m, _ := env.Message() // cannot fail for an envelope that just decoded
+		return m
 	}
 
 	h, ok := w.handlers[env.JobType]
 	if !ok {
 		log.Warn("no handler registered; dead-lettering")
-		w.deadLetter(ctx, log, d, msg, fmt.Sprintf("no handler for job type %q", env.JobType))
+		w.deadLetter(ctx, log, d, original(), fmt.Sprintf("no handler for job type %q", env.JobType))
 		return
 	}
 	job, err := h.decode(env.Payload)
 	if err != nil {
 		log.Error("payload did not match the handler's job type; dead-lettering", "error", err)
-		w.deadLetter(ctx, log, d, msg, "decode error: "+err.Error())
+		w.deadLetter(ctx, log, d, original(), "decode error: "+err.Error())
 		return
 	}
 	policy := q.retry
@@ -227,7 +229,7 @@ func (w *Worker) process(ctx context.Context, q *queueConfig, hold *actor.Actor[
 		err := askHold(ctx, hold, nextMsg, def.Delay, holdDefer)
 		if errors.Is(err, ErrDelayTooLong) || errors.Is(err, ErrInvalidDelay) {
 			log.Error("job asked for a deferral no hold queue can give; dead-lettering", "error", err)
-			w.deadLetter(ctx, log, d, msg, "invalid deferral: "+err.Error())
+			w.deadLetter(ctx, log, d, original(), "invalid deferral: "+err.Error())
 			return
 		}
 		if w.republished(log, d, "defer", err) {
@@ -240,12 +242,12 @@ func (w *Worker) process(ctx context.Context, q *queueConfig, hold *actor.Actor[
 		if errors.As(err, &f) {
 			cause = f.Err
 		}
-		w.deadLetter(ctx, log, d, msg, "fatal error: "+cause.Error())
+		w.deadLetter(ctx, log, d, original(), "fatal error: "+cause.Error())
 	case outcomeRetry:
 		delay, again := policy.Decide(jc.Attempt)
 		if !again {
 			log.Error("job failed; giving up", "error", err, "max_attempts", jc.MaxAttempts)
-			w.deadLetter(ctx, log, d, msg, fmt.Sprintf("max attempts (%d) exhausted after attempt %d: %v",
+			w.deadLetter(ctx, log, d, original(), fmt.Sprintf("max attempts (%d) exhausted after attempt %d: %v",
 				jc.MaxAttempts, jc.Attempt, err))
 			return
 		}
@@ -307,7 +309,7 @@ func (e *timeoutError) Unwrap() error { return e.err }
 // republished acks d once its next run was scheduled (err == nil). If the
 // scheduling failed, d is not acked: it goes back to the queue, and the
 // failure is counted. It reports whether d was acked.
-func (w *Worker) republished(log *slog.Logger, d broker.Delivery, op string, err error) bool {
+func (w *Worker) republished(log jobLog, d broker.Delivery, op string, err error) bool {
 	if err != nil {
 		w.settleFailed(log, op, err)
 		requeue(d, log)
@@ -317,12 +319,12 @@ func (w *Worker) republished(log *slog.Logger, d broker.Delivery, op string, err
 }
 
 // deadLetter moves msg to the dead letters with reason, then acks d.
-func (w *Worker) deadLetter(ctx context.Context, log *slog.Logger, d broker.Delivery, msg broker.Message, reason string) {
+func (w *Worker) deadLetter(ctx context.Context, log jobLog, d broker.Delivery, msg broker.Message, reason string) {
 	err := w.backend.DeadLetter(ctx, broker.DeadLetter{Message: msg, Reason: reason})
 	w.republished(log, d, "dead letter", err)
 }
 
-func (w *Worker) settle(log *slog.Logger, op string, err error) bool {
+func (w *Worker) settle(log jobLog, op string, err error) bool {
 	if err != nil {
 		w.settleFailed(log, op, err)
 		return false
@@ -330,7 +332,37 @@ func (w *Worker) settle(log *slog.Logger, op string, err error) bool {
 	return true
 }
 
-func (w *Worker) settleFailed(log *slog.Logger, op string, err error) {
+func (w *Worker) settleFailed(log jobLog, op string, err error) {
 	w.settleFailures.Add(1)
 	log.Error("failed to settle delivery", "operation", op, "error", err)
+}
+
+// jobLog writes one job's log lines with its identity. It builds a line
+// only when its level is enabled, so the path of a job that succeeds
+// allocates nothing for logging it does not print.
+type jobLog struct {
+	l               *slog.Logger // nil: log nothing
+	id, kind, queue string
+	attempt         uint32
+}
+
+func (j jobLog) Debug(msg string, args ...any) { j.log(slog.LevelDebug, msg, args) }
+func (j jobLog) Info(msg string, args ...any)  { j.log(slog.LevelInfo, msg, args) }
+func (j jobLog) Warn(msg string, args ...any)  { j.log(slog.LevelWarn, msg, args) }
+func (j jobLog) Error(msg string, args ...any) { j.log(slog.LevelError, msg, args) }
+
+func (j jobLog) log(level slog.Level, msg string, args []any) {
+	ctx := context.Background()
+	if j.l == nil || !j.l.Enabled(ctx, level) {
+		return
+	}
+	var attrs []any
+	if j.id != "" {
+		attrs = append(attrs, "job_id", j.id, "kind", j.kind)
+	}
+	attrs = append(attrs, "queue", j.queue)
+	if j.attempt > 0 {
+		attrs = append(attrs, "attempt", j.attempt)
+	}
+	j.l.Log(ctx, level, msg, append(attrs, args...)...)
 }

@@ -166,8 +166,9 @@ func (w *confirmWindow) drain() {
 
 // BenchmarkPublish measures confirmed publishes: the backend one at a time
 // (serial: a broker round trip and a confirm per op), the backend from many
-// goroutines (parallel), and raw amqp091 from one goroutine with a window of
-// outstanding confirms.
+// goroutines (parallel: 32 × GOMAXPROCS publishes in flight), and raw
+// amqp091 from one goroutine, one publish in flight (serial) or with a
+// window of benchWindow outstanding confirms (window).
 func BenchmarkPublish(b *testing.B) {
 	body := jsonBody(time.Now().UnixNano(), benchBodySize)
 
@@ -213,6 +214,25 @@ func BenchmarkPublish(b *testing.B) {
 				}
 			}
 		})
+		b.StopTimer()
+		reportRate(b, "msgs/s")
+	})
+
+	// raw/serial is the baseline of queuey/serial: one publish in flight.
+	b.Run("raw/serial", func(b *testing.B) {
+		conn := dialRaw(b)
+		defer conn.Close()
+		queue := unique("bench-pub-raw-serial")
+		defer deleteQueuesB(b, queue)
+		w := newConfirmWindow(b, conn)
+		declareRaw(b, w.ch, queue)
+		b.SetBytes(benchBodySize)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for range b.N {
+			w.publish(queue, rawPublishing(body))
+			w.drain()
+		}
 		b.StopTimer()
 		reportRate(b, "msgs/s")
 	})
