@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/benbjohnson/clock"
+
 	"github.com/queuey-go/queuey/actor"
 	"github.com/queuey-go/queuey/broker"
 )
@@ -37,6 +39,7 @@ type holder struct {
 	backend broker.Backend
 	set     *queueSet
 	log     *slog.Logger
+	clock   clock.Clock
 }
 
 func (h holder) hold(ctx context.Context, msg broker.Message, d time.Duration, kind holdKind) error {
@@ -48,6 +51,7 @@ func (h holder) hold(ctx context.Context, msg broker.Message, d time.Duration, k
 	if err != nil {
 		return err
 	}
+	stampDue(&msg, h.clock.Now().Add(ttl))
 	if err := h.backend.Hold(ctx, msg, ttl); err != nil {
 		return err
 	}

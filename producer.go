@@ -1,6 +1,7 @@
 package queuey
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -27,6 +28,8 @@ type ProducerConfig struct {
 	// MaxMessageBytes refuses larger encoded jobs with ErrMessageTooLarge
 	// before anything is sent. Default DefaultMaxMessageBytes.
 	MaxMessageBytes int
+	// Hooks observe every publish (package trace uses them).
+	Hooks *Hooks
 }
 
 // Producer publishes jobs. It is safe for concurrent use and holds no
@@ -37,6 +40,7 @@ type Producer struct {
 	holder   holder
 	clock    clock.Clock
 	maxBytes int
+	hooks    *Hooks
 }
 
 // NewProducer validates set, declares every queue of it on backend, and
@@ -78,9 +82,10 @@ func NewUndeclaredProducer(backend broker.Backend, set QueueSet, cfg *ProducerCo
 		backend:  backend,
 		set:      s,
 		clock:    orRealClock(cfg.Clock),
-		maxBytes: orDefault(cfg.MaxMessageBytes, DefaultMaxMessageBytes),
+		maxBytes: cmp.Or(cfg.MaxMessageBytes, DefaultMaxMessageBytes),
+		hooks:    cfg.Hooks,
 	}
-	p.holder = holder{backend: backend, set: s, log: orDefaultLogger(cfg.Logger)}
+	p.holder = holder{backend: backend, set: s, log: orDefaultLogger(cfg.Logger), clock: p.clock}
 	return p, nil
 }
 
@@ -95,7 +100,11 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := p.backend.Publish(ctx, msg); err != nil {
+	stampDue(&msg, p.clock.Now())
+	done := p.hooks.publishing(ctx, p.backend.Name(), OpEnqueue, &msg, 0, "")
+	err = p.backend.Publish(ctx, msg)
+	done(err)
+	if err != nil {
 		return "", fmt.Errorf("enqueue %s on %q: %w", env.JobType, env.Queue, err)
 	}
 	return env.JobID, nil
@@ -110,7 +119,7 @@ func (p *Producer) EnqueueAfter(ctx context.Context, job Job, d time.Duration) (
 	if err != nil {
 		return "", err
 	}
-	return p.hold(ctx, env, d, holdDelay)
+	return p.hold(ctx, env, d, holdDelay, OpEnqueueAfter)
 }
 
 // Defer publishes job to wait d (rounded up to the queue set's
@@ -123,15 +132,18 @@ func (p *Producer) Defer(ctx context.Context, job Job, d time.Duration) (string,
 		return "", err
 	}
 	env.Priority = q.maxPriority
-	return p.hold(ctx, env, d, holdDefer)
+	return p.hold(ctx, env, d, holdDefer, OpDefer)
 }
 
-func (p *Producer) hold(ctx context.Context, env broker.Envelope, d time.Duration, kind holdKind) (string, error) {
+func (p *Producer) hold(ctx context.Context, env broker.Envelope, d time.Duration, kind holdKind, op PublishOp) (string, error) {
 	msg, err := p.message(env)
 	if err != nil {
 		return "", err
 	}
-	if err := p.holder.hold(ctx, msg, d, kind); err != nil {
+	done := p.hooks.publishing(ctx, p.backend.Name(), op, &msg, d, "")
+	err = p.holder.hold(ctx, msg, d, kind)
+	done(err)
+	if err != nil {
 		return "", fmt.Errorf("%s %s on %q: %w", kind, env.JobType, env.Queue, err)
 	}
 	return env.JobID, nil
@@ -199,11 +211,4 @@ func orDefaultLogger(l *slog.Logger) *slog.Logger {
 		return slog.Default()
 	}
 	return l
-}
-
-func orDefault(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
 }

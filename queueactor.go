@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"time"
 
 	"github.com/queuey-go/queuey/actor"
 	"github.com/queuey-go/queuey/broker"
@@ -159,16 +160,49 @@ func requeue(d broker.Delivery, log jobLog) {
 	}
 }
 
-// process runs one delivery to its settlement.
+// process runs one delivery to its settlement, and tells the hooks.
 func (w *Worker) process(ctx context.Context, q *queueConfig, hold *actor.Actor[holdRequest], d broker.Delivery) {
 	msg := d.Message()
-	env, err := broker.DecodeEnvelope(msg.Body)
-	if err != nil {
+	info := &DeliveryInfo{System: w.backend.Name(), Queue: q.broker, Headers: msg.Headers, DueAt: dueAt(msg.Headers), Started: w.clock.Now()}
+	env, decodeErr := broker.DecodeEnvelope(msg.Body)
+	if decodeErr == nil {
+		info.Job = w.jobContext(q, env, d, info.Started)
+	}
+	finish := func(Outcome) {}
+	if w.hooks != nil && w.hooks.Deliver != nil {
+		var f func(Outcome)
+		if ctx, f = w.hooks.Deliver(ctx, info); f != nil {
+			finish = f
+		}
+	}
+	finish(w.settleDelivery(ctx, q, hold, d, msg, env, decodeErr, info.Job))
+}
+
+// jobContext is what the handler of env will see.
+func (w *Worker) jobContext(q *queueConfig, env broker.Envelope, d broker.Delivery, now time.Time) JobContext {
+	return JobContext{
+		JobID:         env.JobID,
+		Kind:          env.JobType,
+		Queue:         q.broker,
+		Attempt:       int(env.Attempt),
+		MaxAttempts:   q.retry.maxAttempts(), // a job's own policy is applied once it is decoded
+		Deferrals:     int(env.Deferrals),
+		Priority:      int(env.Priority),
+		EnqueuedAt:    env.EnqueuedAt(),
+		Age:           max(0, now.Sub(env.EnqueuedAt())),
+		CorrelationID: env.CorrelationID,
+		Redelivered:   d.Redelivered(),
+	}
+}
+
+// settleDelivery decides what becomes of d (SPEC §2) and tells the broker.
+func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor.Actor[holdRequest], d broker.Delivery,
+	msg broker.Message, env broker.Envelope, decodeErr error, jc JobContext) Outcome {
+	if decodeErr != nil {
 		log := jobLog{l: w.log, queue: q.broker}
-		log.Error("message body is not a valid envelope; dead-lettering it verbatim", "error", err)
+		log.Error("message body is not a valid envelope; dead-lettering it verbatim", "error", decodeErr)
 		msg.Queue = q.broker
-		w.deadLetter(ctx, log, d, msg, "malformed envelope: "+err.Error())
-		return
+		return w.deadLetter(ctx, log, d, msg, "malformed envelope: "+decodeErr.Error(), decodeErr)
 	}
 	env.Queue = q.broker // republish where it came from, whatever the body says
 	log := jobLog{l: w.log, id: env.JobID, kind: env.JobType, queue: q.broker, attempt: env.Attempt}
@@ -182,57 +216,47 @@ func (w *Worker) process(ctx context.Context, q *queueConfig, hold *actor.Actor[
 	h, ok := w.handlers[env.JobType]
 	if !ok {
 		log.Warn("no handler registered; dead-lettering")
-		w.deadLetter(ctx, log, d, original(), fmt.Sprintf("no handler for job type %q", env.JobType))
-		return
+		return w.deadLetter(ctx, log, d, original(), fmt.Sprintf("no handler for job type %q", env.JobType), nil)
 	}
 	job, err := h.decode(env.Payload)
 	if err != nil {
 		log.Error("payload did not match the handler's job type; dead-lettering", "error", err)
-		w.deadLetter(ctx, log, d, original(), "decode error: "+err.Error())
-		return
+		return w.deadLetter(ctx, log, d, original(), "decode error: "+err.Error(), err)
 	}
 	policy := q.retry
 	if p, ok := job.(RetryPolicer); ok {
 		policy = p.RetryPolicy()
-	}
-	now := w.clock.Now()
-	jc := JobContext{
-		JobID:         env.JobID,
-		Kind:          env.JobType,
-		Queue:         q.broker,
-		Attempt:       int(env.Attempt),
-		MaxAttempts:   policy.maxAttempts(),
-		Deferrals:     int(env.Deferrals),
-		Priority:      int(env.Priority),
-		EnqueuedAt:    env.EnqueuedAt(),
-		Age:           max(0, now.Sub(env.EnqueuedAt())),
-		CorrelationID: env.CorrelationID,
-		Redelivered:   d.Redelivered(),
+		jc.MaxAttempts = policy.maxAttempts()
 	}
 
 	log.Debug("running job", "deferrals", jc.Deferrals, "priority", jc.Priority)
+	started := w.clock.Now()
 	err = w.call(ctx, q, h, job, jc)
+	ran := w.clock.Since(started)
 	if err != nil && ctx.Err() != nil {
 		// Cancelled by a shutdown that ran out of time: not the job's fault.
 		log.Warn("job interrupted by shutdown; returning it to the queue", "error", err)
 		requeue(d, log)
-		return
+		return Outcome{Result: Requeued, Err: err, HandlerDuration: ran}
 	}
 
+	var out Outcome
 	switch o, def := classify(err); o {
 	case outcomeSuccess:
-		w.settle(log, "ack", d.Ack(ctx))
-		log.Info("job succeeded")
+		out = w.acked(log, d, Outcome{Result: Succeeded})
+		if out.SettleErr == nil {
+			log.Info("job succeeded")
+		}
 	case outcomeDefer:
 		next := env.Deferred(q.maxPriority)
-		nextMsg, _ := next.Message()
-		err := askHold(ctx, hold, nextMsg, def.Delay, holdDefer)
+		err := w.republish(ctx, hold, OpDeferral, next, def.Delay, holdDefer)
 		if errors.Is(err, ErrDelayTooLong) || errors.Is(err, ErrInvalidDelay) {
 			log.Error("job asked for a deferral no hold queue can give; dead-lettering", "error", err)
-			w.deadLetter(ctx, log, d, original(), "invalid deferral: "+err.Error())
-			return
+			out = w.deadLetter(ctx, log, d, original(), "invalid deferral: "+err.Error(), err)
+			break
 		}
-		if w.republished(log, d, "defer", err) {
+		out = w.republished(log, d, "defer", err, Outcome{Result: Deferred, Delay: def.Delay, Reason: def.Reason})
+		if out.SettleErr == nil {
 			log.Info("job deferred", "delay", def.Delay, "reason", def.Reason, "deferrals", next.Deferrals)
 		}
 	case outcomeFatal:
@@ -242,20 +266,42 @@ func (w *Worker) process(ctx context.Context, q *queueConfig, hold *actor.Actor[
 		if errors.As(err, &f) {
 			cause = f.Err
 		}
-		w.deadLetter(ctx, log, d, original(), "fatal error: "+cause.Error())
+		out = w.deadLetter(ctx, log, d, original(), "fatal error: "+cause.Error(), err)
 	case outcomeRetry:
 		delay, again := policy.Decide(jc.Attempt)
 		if !again {
 			log.Error("job failed; giving up", "error", err, "max_attempts", jc.MaxAttempts)
-			w.deadLetter(ctx, log, d, original(), fmt.Sprintf("max attempts (%d) exhausted after attempt %d: %v",
-				jc.MaxAttempts, jc.Attempt, err))
-			return
+			out = w.deadLetter(ctx, log, d, original(), fmt.Sprintf("max attempts (%d) exhausted after attempt %d: %v",
+				jc.MaxAttempts, jc.Attempt, err), err)
+			break
 		}
-		nextMsg, _ := env.NextAttempt().Message()
-		if w.republished(log, d, "retry", askHold(ctx, hold, nextMsg, delay, holdRetry)) {
+		err2 := w.republish(ctx, hold, OpRetry, env.NextAttempt(), delay, holdRetry)
+		out = w.republished(log, d, "retry", err2, Outcome{Result: Retried, Err: err, Delay: delay, NextAttempt: jc.Attempt + 1})
+		if out.SettleErr == nil {
 			log.Warn("job failed; retrying", "error", err, "delay", delay, "next_attempt", jc.Attempt+1)
 		}
 	}
+	var p *panicError
+	var t *timeoutError
+	out.Panicked, out.TimedOut = errors.As(err, &p), errors.As(err, &t)
+	if out.Err == nil && out.Result != Succeeded && out.Result != Deferred {
+		out.Err = err
+	}
+	out.HandlerDuration = ran
+	return out
+}
+
+// republish holds next for delay through the hold actor, telling the
+// publish hook.
+func (w *Worker) republish(ctx context.Context, hold *actor.Actor[holdRequest], op PublishOp, next broker.Envelope, delay time.Duration, kind holdKind) error {
+	msg, err := next.Message()
+	if err != nil {
+		return err
+	}
+	done := w.hooks.publishing(ctx, w.backend.Name(), op, &msg, delay, "")
+	err = askHold(ctx, hold, msg, delay, kind)
+	done(err)
+	return err
 }
 
 // call runs the handler under the middleware, the job timeout and a panic
@@ -306,30 +352,33 @@ type timeoutError struct {
 func (e *timeoutError) Error() string { return "job timed out after " + e.limit + ": " + e.err.Error() }
 func (e *timeoutError) Unwrap() error { return e.err }
 
-// republished acks d once its next run was scheduled (err == nil). If the
-// scheduling failed, d is not acked: it goes back to the queue, and the
-// failure is counted. It reports whether d was acked.
-func (w *Worker) republished(log jobLog, d broker.Delivery, op string, err error) bool {
+// republished acks d once its next run was scheduled (err == nil) and
+// returns out. If the scheduling failed, d is not acked: it goes back to
+// the queue, and the failure is counted.
+func (w *Worker) republished(log jobLog, d broker.Delivery, op string, err error, out Outcome) Outcome {
 	if err != nil {
 		w.settleFailed(log, op, err)
 		requeue(d, log)
-		return false
+		return Outcome{Result: Requeued, Err: out.Err, SettleErr: err}
 	}
-	return w.settle(log, "ack after "+op, d.Ack(context.Background()))
+	return w.acked(log, d, out)
+}
+
+// acked acks d and returns out, or a Requeued outcome if the ack failed.
+func (w *Worker) acked(log jobLog, d broker.Delivery, out Outcome) Outcome {
+	if err := d.Ack(context.Background()); err != nil {
+		w.settleFailed(log, "ack", err)
+		return Outcome{Result: Requeued, Err: out.Err, SettleErr: err}
+	}
+	return out
 }
 
 // deadLetter moves msg to the dead letters with reason, then acks d.
-func (w *Worker) deadLetter(ctx context.Context, log jobLog, d broker.Delivery, msg broker.Message, reason string) {
+func (w *Worker) deadLetter(ctx context.Context, log jobLog, d broker.Delivery, msg broker.Message, reason string, cause error) Outcome {
+	done := w.hooks.publishing(ctx, w.backend.Name(), OpDeadLetter, &msg, 0, reason)
 	err := w.backend.DeadLetter(ctx, broker.DeadLetter{Message: msg, Reason: reason})
-	w.republished(log, d, "dead letter", err)
-}
-
-func (w *Worker) settle(log jobLog, op string, err error) bool {
-	if err != nil {
-		w.settleFailed(log, op, err)
-		return false
-	}
-	return true
+	done(err)
+	return w.republished(log, d, "dead letter", err, Outcome{Result: DeadLettered, Reason: reason, Err: cause})
 }
 
 func (w *Worker) settleFailed(log jobLog, op string, err error) {

@@ -38,6 +38,8 @@ type WorkerConfig struct {
 	ShutdownTimeout time.Duration
 	// Middleware wraps every handler run, the first outermost.
 	Middleware []Middleware
+	// Hooks observe every delivery and republish (package trace uses them).
+	Hooks *Hooks
 	// Clock drives timeouts, backoffs and restarts. Default: the real clock.
 	Clock clock.Clock
 	// Logger receives the job log lines. Default slog.Default().
@@ -54,6 +56,7 @@ type Worker struct {
 	jobTimeout      time.Duration
 	shutdownTimeout time.Duration
 	middleware      []Middleware
+	hooks           *Hooks
 	clock           clock.Clock
 	log             *slog.Logger
 
@@ -96,6 +99,7 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 		jobTimeout:      cfg.JobTimeout,
 		shutdownTimeout: cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout),
 		middleware:      slices.Clone(cfg.Middleware),
+		hooks:           cfg.Hooks,
 		clock:           orRealClock(cfg.Clock),
 		log:             orDefaultLogger(cfg.Logger),
 		handlers:        map[string]handler{},
@@ -223,7 +227,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	ctx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
-	hold := newHoldActor(holder{backend: w.backend, set: w.set, log: w.log}, w.concurrency)
+	hold := newHoldActor(holder{backend: w.backend, set: w.set, log: w.log, clock: w.clock}, w.concurrency)
 	defer hold.Stop()
 	children := []supervisor.Child{{Name: "hold", Run: hold.Run, Restart: supervisor.Permanent}}
 	for _, q := range w.queues {

@@ -1,0 +1,152 @@
+package queuey
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/queuey-go/queuey/broker"
+)
+
+// Hooks let instrumentation follow every job's life (package trace plugs
+// OpenTelemetry in here) without the core depending on it. Every field is
+// optional; a nil hook costs nothing.
+type Hooks struct {
+	// Publish is called before every publish: the producer's Enqueue,
+	// EnqueueAfter and Defer, and the worker's republish of a retry, a
+	// deferral or a dead letter (under the ctx Deliver returned). It may
+	// add headers to p.Headers, such as a trace context. The func it
+	// returns, if any, is called once with the publish's result.
+	Publish func(ctx context.Context, p *PublishInfo) func(err error)
+	// Deliver is called when a worker starts on a delivery, before its
+	// handler runs. The ctx it returns is the one the handler and the
+	// republishes of this delivery run under. The func it returns, if any,
+	// is called once with the outcome, after the delivery is settled.
+	Deliver func(ctx context.Context, d *DeliveryInfo) (context.Context, func(Outcome))
+}
+
+// PublishOp says why a message is published.
+type PublishOp string
+
+// The publishes a job goes through.
+const (
+	OpEnqueue      PublishOp = "enqueue"       // Producer.Enqueue
+	OpEnqueueAfter PublishOp = "enqueue_after" // Producer.EnqueueAfter
+	OpDefer        PublishOp = "defer"         // Producer.Defer
+	OpRetry        PublishOp = "retry"         // a failed run's next attempt
+	OpDeferral     PublishOp = "deferral"      // a handler's Defer
+	OpDeadLetter   PublishOp = "dead_letter"   // to <q>.dead
+)
+
+// PublishInfo describes one publish to Hooks.Publish.
+type PublishInfo struct {
+	Op PublishOp
+	// System is the backend: "memory" or "rabbitmq".
+	System string
+	// Queue is the work queue the job belongs to.
+	Queue string
+	// JobID and Kind identify the job; both are empty for the dead letter
+	// of a body that was not an envelope.
+	JobID, Kind string
+	// Attempt, Deferrals and Priority are the published envelope's.
+	Attempt, Deferrals, Priority int
+	// Delay is the wait asked for (0 when the job is due at once).
+	Delay time.Duration
+	// Reason is a dead letter's reason.
+	Reason string
+	// Headers go out with the message; a hook may add to them.
+	Headers map[string]string
+}
+
+// DeliveryInfo describes one delivery to Hooks.Deliver.
+type DeliveryInfo struct {
+	// System is the backend: "memory" or "rabbitmq".
+	System string
+	// Queue is the work queue's broker name.
+	Queue string
+	// Job is what the handler will see. Its JobID is empty when the body
+	// is not an envelope.
+	Job JobContext
+	// Headers are the delivery's headers (read them, do not change them).
+	Headers map[string]string
+	// DueAt is when the job was due to run: its publish time, or the end
+	// of its wait. Zero when the publisher did not say (a Rust producer).
+	DueAt time.Time
+	// Started is when the worker took the delivery up, on the worker's
+	// clock; Started - DueAt is how late the job started.
+	Started time.Time
+}
+
+// Result is what became of a delivery.
+type Result string
+
+// The results of a delivery.
+const (
+	Succeeded    Result = "succeeded"     // acked
+	Retried      Result = "retried"       // its next attempt is held
+	Deferred     Result = "deferred"      // held, to come back at the top priority
+	DeadLettered Result = "dead_lettered" // moved to <q>.dead
+	Requeued     Result = "requeued"      // given back unsettled (a stop cut it short, or settling failed)
+)
+
+// Outcome is what a delivery came to, for Hooks.Deliver.
+type Outcome struct {
+	Result Result
+	// Err is the handler's error (nil on success and deferral).
+	Err error
+	// Delay is a retry's backoff or a deferral's delay.
+	Delay time.Duration
+	// Reason is a deferral's or a dead letter's reason.
+	Reason string
+	// NextAttempt is the attempt a retry will run as.
+	NextAttempt int
+	// TimedOut and Panicked say how a failed run failed.
+	TimedOut, Panicked bool
+	// HandlerDuration is how long the handler ran (0 when it did not).
+	HandlerDuration time.Duration
+	// SettleErr is set when the broker could not be told the outcome; the
+	// delivery then comes back (Result is Requeued).
+	SettleErr error
+}
+
+// headerDue carries, in milliseconds since the Unix epoch, when a message
+// is due: its publish time, or the end of its hold. It lets a worker tell
+// how late a job started.
+const headerDue = "x-queuey-due-ms"
+
+// stampDue records on msg when it is due.
+func stampDue(msg *broker.Message, due time.Time) {
+	if msg.Headers == nil {
+		msg.Headers = map[string]string{}
+	}
+	msg.Headers[headerDue] = strconv.FormatInt(due.UnixMilli(), 10)
+}
+
+// dueAt reads the stamp back; zero when there is none.
+func dueAt(h map[string]string) time.Time {
+	ms, err := strconv.ParseInt(h[headerDue], 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+// publishing tells the publish hook about msg and returns what to call
+// with the result.
+func (h *Hooks) publishing(ctx context.Context, system string, op PublishOp, msg *broker.Message, delay time.Duration, reason string) func(error) {
+	if h == nil || h.Publish == nil {
+		return func(error) {}
+	}
+	if msg.Headers == nil {
+		msg.Headers = map[string]string{}
+	}
+	p := &PublishInfo{
+		Op: op, System: system, Queue: msg.Queue, JobID: msg.ID, Kind: msg.Type,
+		Attempt: int(msg.Attempt), Deferrals: int(msg.Deferrals), Priority: int(msg.Priority),
+		Delay: delay, Reason: reason, Headers: msg.Headers,
+	}
+	if done := h.Publish(ctx, p); done != nil {
+		return done
+	}
+	return func(error) {}
+}
