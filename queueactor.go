@@ -353,12 +353,14 @@ func (e *timeoutError) Error() string { return "job timed out after " + e.limit 
 func (e *timeoutError) Unwrap() error { return e.err }
 
 // republished acks d once its next run was scheduled (err == nil) and
-// returns out. If the scheduling failed, d is not acked: it goes back to
-// the queue, and the failure is counted.
+// returns out. If the scheduling failed, d is not acked: the failure is
+// counted, and d goes back to the queue after RequeueDelay, so that a
+// publish that keeps failing (a refused hold queue) is not retried in a
+// tight loop; until then it holds its prefetch slot, not a worker slot.
 func (w *Worker) republished(log jobLog, d broker.Delivery, op string, err error, out Outcome) Outcome {
 	if err != nil {
 		w.settleFailed(log, op, err)
-		requeue(d, log)
+		w.clock.AfterFunc(w.requeueDelay, func() { requeue(d, log) })
 		return Outcome{Result: Requeued, Err: out.Err, SettleErr: err}
 	}
 	return w.acked(log, d, out)

@@ -19,6 +19,9 @@ import (
 	"github.com/queuey-go/queuey/supervisor"
 )
 
+// DefaultRequeueDelay is WorkerConfig.RequeueDelay's default.
+const DefaultRequeueDelay = time.Second
+
 // DefaultShutdownTimeout is how long a stopping worker waits for running
 // handlers before cancelling their ctx.
 const DefaultShutdownTimeout = 30 * time.Second
@@ -40,6 +43,10 @@ type WorkerConfig struct {
 	Middleware []Middleware
 	// Hooks observe every delivery and republish (package trace uses them).
 	Hooks *Hooks
+	// RequeueDelay is how long a delivery whose retry, deferral or dead
+	// letter could not be published waits before it goes back to the
+	// queue. Default DefaultRequeueDelay.
+	RequeueDelay time.Duration
 	// Clock drives timeouts, backoffs and restarts. Default: the real clock.
 	Clock clock.Clock
 	// Logger receives the job log lines. Default slog.Default().
@@ -55,6 +62,7 @@ type Worker struct {
 	concurrency     int
 	jobTimeout      time.Duration
 	shutdownTimeout time.Duration
+	requeueDelay    time.Duration
 	middleware      []Middleware
 	hooks           *Hooks
 	clock           clock.Clock
@@ -89,15 +97,16 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 	if cfg == nil {
 		cfg = &WorkerConfig{}
 	}
-	if cfg.Concurrency < 0 || cfg.JobTimeout < 0 || cfg.ShutdownTimeout < 0 {
-		return nil, fmt.Errorf("%w: concurrency %d, job timeout %v and shutdown timeout %v must not be negative",
-			ErrInvalidQueue, cfg.Concurrency, cfg.JobTimeout, cfg.ShutdownTimeout)
+	if cfg.Concurrency < 0 || cfg.JobTimeout < 0 || cfg.ShutdownTimeout < 0 || cfg.RequeueDelay < 0 {
+		return nil, fmt.Errorf("%w: concurrency %d, job timeout %v, shutdown timeout %v and requeue delay %v must not be negative",
+			ErrInvalidQueue, cfg.Concurrency, cfg.JobTimeout, cfg.ShutdownTimeout, cfg.RequeueDelay)
 	}
 	w := &Worker{
 		backend:         backend,
 		set:             s,
 		jobTimeout:      cfg.JobTimeout,
 		shutdownTimeout: cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout),
+		requeueDelay:    cmp.Or(cfg.RequeueDelay, DefaultRequeueDelay),
 		middleware:      slices.Clone(cfg.Middleware),
 		hooks:           cfg.Hooks,
 		clock:           orRealClock(cfg.Clock),

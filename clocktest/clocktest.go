@@ -12,6 +12,7 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/queuey-go/queuey"
+	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/memory"
 )
 
@@ -26,6 +27,11 @@ type Options struct {
 	Worker queuey.WorkerConfig
 	// Logger receives the worker's and producer's log lines. Default: none.
 	Logger *slog.Logger
+	// WrapBackend, when set, wraps the memory backend for the worker and
+	// the producer: a test injects faults (a refused publish, a failing
+	// ack) through it. Harness.Backend stays the memory backend, for
+	// inspection.
+	WrapBackend func(*memory.Backend) broker.Backend
 }
 
 // Harness is the system under test, in virtual time.
@@ -76,8 +82,12 @@ func New(t *testing.T, set queuey.QueueSet, opts *Options) *Harness {
 	mock.Set(Epoch)
 	h := &Harness{T: t, Clock: mock, Backend: memory.New(&memory.Options{Clock: mock}), Log: &RunLog{}}
 
+	var backend broker.Backend = h.Backend
+	if opts.WrapBackend != nil {
+		backend = opts.WrapBackend(h.Backend)
+	}
 	var err error
-	h.Producer, err = queuey.NewProducer(t.Context(), h.Backend, set, &queuey.ProducerConfig{Clock: mock, Logger: logger})
+	h.Producer, err = queuey.NewProducer(t.Context(), backend, set, &queuey.ProducerConfig{Clock: mock, Logger: logger})
 	if err != nil {
 		t.Fatalf("clocktest: producer: %v", err)
 	}
@@ -87,7 +97,7 @@ func New(t *testing.T, set queuey.QueueSet, opts *Options) *Harness {
 		wc.Concurrency = 1
 	}
 	wc.Middleware = append(slices.Clone(wc.Middleware), h.Log.Middleware(mock))
-	h.Worker, err = queuey.NewWorker(h.Backend, set, &wc)
+	h.Worker, err = queuey.NewWorker(backend, set, &wc)
 	if err != nil {
 		t.Fatalf("clocktest: worker: %v", err)
 	}

@@ -1,0 +1,90 @@
+package queuey_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/queuey-go/queuey"
+	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/broker/memory"
+	"github.com/queuey-go/queuey/clocktest"
+)
+
+// refusingHolds refuses the first n holds, as a broker refusing a hold
+// queue's declaration would.
+type refusingHolds struct {
+	*memory.Backend
+	refuse atomic.Int32
+}
+
+func (r *refusingHolds) Hold(ctx context.Context, msg broker.Message, ttl time.Duration) error {
+	if r.refuse.Add(-1) >= 0 {
+		return errors.New("hold queue refused")
+	}
+	return r.Backend.Hold(ctx, msg, ttl)
+}
+
+// A deferral whose hold cannot be published is not acked: it is counted,
+// and the job comes back after the requeue delay (not in a tight loop).
+func TestAFailedDeferralIsCountedAndTheJobComesBack(t *testing.T) {
+	opts := &clocktest.Options{WrapBackend: func(b *memory.Backend) broker.Backend {
+		r := &refusingHolds{Backend: b}
+		r.refuse.Store(1)
+		return r
+	}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		id := mustID(t)(h.Producer.Enqueue(t.Context(), betaJob{deferring(1, 10*time.Second)}))
+		h.Advance(999 * time.Millisecond)
+		if n, held := h.Log.Len(), h.Backend.Held(qBeta); n != 1 || held != 0 || h.Backend.InFlight(qBeta) != 1 {
+			t.Fatalf("before the requeue delay: %d runs, %d held, %d in flight; want 1, 0, 1 (not acked)", n, held, h.Backend.InFlight(qBeta))
+		}
+		if got := h.Worker.SettleFailures(); got != 1 {
+			t.Errorf("settle failures: got %d, want 1", got)
+		}
+		h.Advance(time.Millisecond) // back on the queue: it runs, and defers
+		h.Advance(10 * time.Second) // and runs once more after its deferral
+		wantShapes(t, h.Log.Of(id), shape{1, 0, 0}, shape{1, 0, 0}, shape{1, 1, 10})
+	})
+}
+
+func TestConcurrencyIsCapped(t *testing.T) {
+	var running, peak atomic.Int32
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Concurrency: 2}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j alphaJob, jc queuey.JobContext) error {
+			n := running.Add(1)
+			defer running.Add(-1)
+			for {
+				p := peak.Load()
+				if n <= p || peak.CompareAndSwap(p, n) {
+					break
+				}
+			}
+			return j.run(ctx, h.Clock, jc)
+		}))
+		for range 8 {
+			mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{plan{Block: time.Second}}))
+		}
+		h.Advance(10 * time.Second)
+		if h.Log.Len() != 8 || peak.Load() != 2 {
+			t.Errorf("got %d runs with at most %d at once, want 8 with at most 2", h.Log.Len(), peak.Load())
+		}
+	})
+}
+
+func TestDefaultConcurrencyIsTheSumOfPrefetch(t *testing.T) {
+	w, err := queuey.NewWorker(memory.New(nil), app, nil)
+	must(t, err)
+	if got := w.Concurrency(); got != 4+1+1 {
+		t.Errorf("got %d, want 6 (alpha 4 + beta 1 + gamma 1)", got)
+	}
+	w, err = queuey.NewWorker(memory.New(nil), app, &queuey.WorkerConfig{Queues: []string{"alpha", "alpha"}})
+	must(t, err)
+	if got := w.Concurrency(); got != 4 {
+		t.Errorf("one queue named twice: got %d, want 4", got)
+	}
+}
