@@ -26,6 +26,13 @@ var (
 	ErrAccessRefused = errors.New("rabbitmq: access refused")
 	// ErrNacked: the broker nacked a publish (it could not take the message).
 	ErrNacked = errors.New("rabbitmq: broker nacked the publish")
+	// ErrBlocked: the broker blocks publishes (a memory or disk alarm) and
+	// the call's ctx ended before it lifted.
+	ErrBlocked = errors.New("rabbitmq: broker blocked publishing")
+	// ErrConsumerTimeout: the broker closed a consumer's channel because a
+	// delivery stayed unacked longer than its consumer_timeout. The job
+	// comes back; raise consumer_timeout or keep jobs (JobTimeout) shorter.
+	ErrConsumerTimeout = errors.New("rabbitmq: a delivery outlived the broker's consumer_timeout")
 )
 
 // Backend is the RabbitMQ backend. Create it with Dial.

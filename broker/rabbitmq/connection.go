@@ -122,6 +122,7 @@ func (a *connectionActor) Run(ctx context.Context) error {
 				why = fmt.Errorf("%w: %s", ErrConnectionLost, e.Reason)
 			}
 		case bl := <-blocked:
+			s.setBlocked(bl)
 			if bl.Active {
 				b.opts.Logger.Warn("rabbitmq blocked the connection (a resource alarm); publishes wait", "reason", bl.Reason)
 			} else {
@@ -162,10 +163,55 @@ type session struct {
 	declCh  *amqp.Channel
 	closeMu sync.Mutex
 	closed  bool
+
+	blockMu   sync.Mutex
+	blockedBy string        // the broker's reason while it blocks publishes
+	unblocked chan struct{} // closed when the block lifts
 }
 
 func newSession(conn *amqp.Connection, pubs int) *session {
-	return &session{conn: conn, pubs: make([]*publisher, pubs)}
+	return &session{conn: conn, pubs: make([]*publisher, pubs), unblocked: closedChan()}
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// setBlocked follows connection.blocked and connection.unblocked.
+func (s *session) setBlocked(b amqp.Blocking) {
+	s.blockMu.Lock()
+	defer s.blockMu.Unlock()
+	switch {
+	case b.Active && s.blockedBy == "":
+		s.blockedBy = b.Reason
+		s.unblocked = make(chan struct{})
+	case !b.Active && s.blockedBy != "":
+		s.blockedBy = ""
+		close(s.unblocked)
+	}
+}
+
+// waitUnblocked returns at once unless the broker blocks publishes (a memory
+// or disk alarm); then it waits for the block to lift, bounded by ctx. A
+// publish written to a blocked connection would hang in the socket write,
+// which no ctx can interrupt.
+func (s *session) waitUnblocked(ctx context.Context) error {
+	s.blockMu.Lock()
+	reason, unblocked := s.blockedBy, s.unblocked
+	s.blockMu.Unlock()
+	select {
+	case <-unblocked:
+		return nil
+	default:
+	}
+	select {
+	case <-unblocked:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w (%s): %w", ErrBlocked, reason, ctx.Err())
+	}
 }
 
 func (s *session) close() {
@@ -199,11 +245,25 @@ func (s *session) publisher() (*publisher, error) {
 }
 
 func (s *session) publish(ctx context.Context, queue string, pub amqp.Publishing) error {
+	if err := s.waitUnblocked(ctx); err != nil {
+		return err
+	}
 	p, err := s.publisher()
 	if err != nil {
 		return err
 	}
-	return p.publish(ctx, queue, pub)
+	err = p.publish(ctx, queue, pub)
+	if err != nil && ctx.Err() != nil {
+		// The broker blocks a connection when it first publishes during an
+		// alarm: the confirm of that publish is what waited.
+		s.blockMu.Lock()
+		reason := s.blockedBy
+		s.blockMu.Unlock()
+		if reason != "" {
+			return fmt.Errorf("%w (%s): %w", ErrBlocked, reason, ctx.Err())
+		}
+	}
+	return err
 }
 
 // declare declares one queue on the declaration channel, kept apart from

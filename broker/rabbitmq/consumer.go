@@ -98,6 +98,9 @@ func (c *consumer) why(closed <-chan *amqp.Error, s *session) error {
 	if backendClosing && e == nil {
 		return broker.ErrClosed
 	}
+	if e != nil && e.Code == amqp.PreconditionFailed && strings.Contains(e.Reason, "timed out") {
+		return fmt.Errorf("%w: consumer of %q: %s", ErrConsumerTimeout, c.queue, e.Reason)
+	}
 	if e != nil {
 		return fmt.Errorf("%w: consumer of %q: %s", ErrConnectionLost, c.queue, e.Reason)
 	}

@@ -3,6 +3,7 @@ package rabbitmq_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -378,5 +379,49 @@ func TestAMalformedBodyIsDeadLetteredVerbatim(t *testing.T) {
 		_ = d.Ack(t.Context())
 	case <-time.After(10 * time.Second):
 		t.Fatal("no dead letter")
+	}
+}
+
+// TestFaultAMemoryAlarmBlocksPublishesUntilTheirDeadline sets the broker's
+// memory watermark so low that it blocks every publisher, which would
+// disturb other tests: it runs only with QUEUEY_FAULTS=1.
+func TestFaultAMemoryAlarmBlocksPublishesUntilTheirDeadline(t *testing.T) {
+	if os.Getenv("QUEUEY_FAULTS") != "1" {
+		t.Skip("raises a broker-wide alarm; make test runs it alone with QUEUEY_FAULTS=1")
+	}
+	prefix := unique("alarm")
+	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	b := dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
+	defer b.Close()
+	q := prefix + ".work"
+	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	rabbitmqctl(t, "set_vm_memory_high_watermark", "0.000001")
+	restored := false
+	restore := func() {
+		if !restored {
+			rabbitmqctl(t, "set_vm_memory_high_watermark", "0.4")
+			restored = true
+		}
+	}
+	t.Cleanup(restore)
+	var err error
+	for range 50 { // the alarm reaches the connection within moments
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		err = b.Publish(ctx, broker.Message{Queue: q, ID: "blocked", Body: []byte("{}")})
+		cancel()
+		if err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, rabbitmq.ErrBlocked) {
+		t.Fatalf("publish under a memory alarm: got %v, want ErrBlocked", err)
+	}
+	restore()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := b.Publish(ctx, broker.Message{Queue: q, ID: "after", Body: []byte("{}")}); err != nil {
+		t.Errorf("publish after the alarm cleared: %v", err)
 	}
 }
