@@ -36,6 +36,7 @@ const (
 	OpRetry        PublishOp = "retry"         // a failed run's next attempt
 	OpDeferral     PublishOp = "deferral"      // a handler's Defer
 	OpDeadLetter   PublishOp = "dead_letter"   // to <q>.dead
+	OpRedelivery   PublishOp = "redelivery"    // a redelivered job, counted (WorkerConfig.PoisonAfter)
 )
 
 // PublishInfo describes one publish to Hooks.Publish.

@@ -174,3 +174,26 @@ func TestADeferralNoHoldCanGiveIsDeadLettered(t *testing.T) {
 		}
 	})
 }
+
+func TestEnqueueBatchReportsEachJob(t *testing.T) {
+	b := memory.New(nil)
+	p, err := queuey.NewProducer(t.Context(), b, app, nil)
+	must(t, err)
+	jobs := []queuey.Job{alphaJob{named("a")}, nil, betaJob{named("b")}, elsewhere{}, gammaJob{named("c")}}
+	ids, err := p.EnqueueBatch(t.Context(), jobs)
+	if !errors.Is(err, queuey.ErrInvalidJob) || !errors.Is(err, queuey.ErrUnknownQueue) ||
+		!strings.Contains(err.Error(), "job 1:") || !strings.Contains(err.Error(), "job 3:") {
+		t.Errorf("err: got %v, want the failures of jobs 1 and 3", err)
+	}
+	for i, id := range ids {
+		if failed := i == 1 || i == 3; (id == "") != failed {
+			t.Errorf("ids[%d] = %q", i, id)
+		}
+	}
+	if got := b.Pending(qAlpha) + b.Pending(qBeta) + b.Pending(qGamma); got != 3 {
+		t.Errorf("pending: got %d, want 3", got)
+	}
+	if ids, err := p.EnqueueBatch(t.Context(), nil); err != nil || len(ids) != 0 {
+		t.Errorf("empty batch: got %v, %v", ids, err)
+	}
+}

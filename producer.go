@@ -4,9 +4,12 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -108,6 +111,32 @@ func (p *Producer) Enqueue(ctx context.Context, job Job) (string, error) {
 		return "", fmt.Errorf("enqueue %s on %q: %w", env.JobType, env.Queue, err)
 	}
 	return env.JobID, nil
+}
+
+// batchInFlight bounds the publishes one EnqueueBatch keeps in flight.
+const batchInFlight = 256
+
+// EnqueueBatch enqueues jobs as Enqueue does, with up to 256 publishes in
+// flight at once, so that one caller is not held to one publish per broker
+// round trip. It returns when every job is confirmed or has failed: ids[i]
+// is jobs[i]'s id, or "" when it failed, and err joins the failures, each
+// naming its job's index. A job that fails does not stop the others.
+func (p *Producer) EnqueueBatch(ctx context.Context, jobs []Job) ([]string, error) {
+	ids := make([]string, len(jobs))
+	errs := make([]error, len(jobs))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(len(jobs), batchInFlight) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(jobs); i = int(next.Add(1) - 1) {
+				if ids[i], errs[i] = p.Enqueue(ctx, jobs[i]); errs[i] != nil {
+					errs[i] = fmt.Errorf("job %d: %w", i, errs[i])
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return ids, errors.Join(errs...)
 }
 
 // EnqueueAfter publishes job to wait d (rounded up to the queue set's

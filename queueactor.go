@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"time"
 
@@ -213,6 +215,12 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 		return m
 	}
 
+	if w.poisonAfter > 0 && d.Redelivered() {
+		if out, done := w.countRedelivery(ctx, log, d, msg, env, original); done {
+			return out
+		}
+	}
+
 	h, ok := w.handlers[env.JobType]
 	if !ok {
 		log.Warn("no handler registered; dead-lettering")
@@ -289,6 +297,38 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 	}
 	out.HandlerDuration = ran
 	return out
+}
+
+// headerRedeliveries counts the times a job came back from the broker
+// unsettled (its worker crashed or lost its connection while holding it).
+const headerRedeliveries = "x-queuey-redeliveries"
+
+// countRedelivery handles a delivery the broker hands out again. A job
+// redelivered PoisonAfter times is dead-lettered as poison: it most likely
+// kills its worker. Otherwise the job is published again with the count
+// raised, and the original acked; the copy is what runs (done is true).
+// RabbitMQ's classic queues keep no delivery count, so the count travels
+// in the message.
+func (w *Worker) countRedelivery(ctx context.Context, log jobLog, d broker.Delivery, msg broker.Message, env broker.Envelope,
+	original func() broker.Message) (Outcome, bool) {
+	n, _ := strconv.Atoi(msg.Headers[headerRedeliveries])
+	n++
+	if n >= w.poisonAfter {
+		log.Error("job came back unsettled too often; dead-lettering it as poison", "redeliveries", n)
+		return w.deadLetter(ctx, log, d, original(),
+			fmt.Sprintf("poison: delivered %d times without being settled; it may crash its worker", n), nil), true
+	}
+	again := original()
+	again.Headers = maps.Clone(msg.Headers)
+	if again.Headers == nil {
+		again.Headers = map[string]string{}
+	}
+	again.Headers[headerRedeliveries] = strconv.Itoa(n)
+	done := w.hooks.publishing(ctx, w.backend.Name(), OpRedelivery, &again, 0, "")
+	err := w.backend.Publish(ctx, again)
+	done(err)
+	log.Warn("job came back unsettled; counted and published again", "redeliveries", n, "poison_after", w.poisonAfter)
+	return w.republished(log, d, "count redelivery", err, Outcome{Result: Requeued}), true
 }
 
 // republish holds next for delay through the hold actor, telling the

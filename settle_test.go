@@ -3,6 +3,8 @@ package queuey_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -87,4 +89,28 @@ func TestDefaultConcurrencyIsTheSumOfPrefetch(t *testing.T) {
 	if got := w.Concurrency(); got != 4 {
 		t.Errorf("one queue named twice: got %d, want 4", got)
 	}
+}
+
+// A job whose run keeps ending with its consumer lost (a worker crash, as
+// the broker sees it) is dead-lettered as poison after PoisonAfter
+// redeliveries; other jobs keep flowing.
+func TestAJobThatKeepsCrashingItsWorkerIsDeadLetteredAsPoison(t *testing.T) {
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{PoisonAfter: 3, Concurrency: 4}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		poison := mustID(t)(h.Producer.Enqueue(t.Context(), betaJob{plan{Name: "poison", Block: 5 * time.Second}}))
+		for crash := range 3 {
+			h.WaitFor(fmt.Sprintf("run %d", crash+1), func() bool { return len(h.Log.Of(poison)) == crash+1 })
+			h.Backend.Disconnect(qBeta)
+		}
+		h.WaitFor("the poison dead letter", func() bool { return len(h.Backend.DeadLetters(qBeta)) == 1 })
+		if dl := h.Backend.DeadLetters(qBeta)[0]; !strings.HasPrefix(dl.Reason, "poison: delivered 3 times") || dl.ID != poison {
+			t.Errorf("dead letter: %s %q", dl.ID, dl.Reason)
+		}
+		if n := len(h.Log.Of(poison)); n != 3 {
+			t.Errorf("runs of the poison job: got %d, want 3", n)
+		}
+		fine := mustID(t)(h.Producer.Enqueue(t.Context(), betaJob{named("fine")}))
+		h.WaitFor("the next job", func() bool { return len(h.Log.Of(fine)) == 1 })
+	})
 }

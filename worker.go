@@ -43,6 +43,12 @@ type WorkerConfig struct {
 	Middleware []Middleware
 	// Hooks observe every delivery and republish (package trace uses them).
 	Hooks *Hooks
+	// PoisonAfter dead-letters a job the broker has handed out this many
+	// times without it being settled: a job that crashes its worker
+	// process. Each redelivery republishes the job with its count (to the
+	// back of the queue). Deliveries given back by a graceful stop count
+	// too. Default 0: off.
+	PoisonAfter int
 	// RequeueDelay is how long a delivery whose retry, deferral or dead
 	// letter could not be published waits before it goes back to the
 	// queue. Default DefaultRequeueDelay.
@@ -63,6 +69,7 @@ type Worker struct {
 	jobTimeout      time.Duration
 	shutdownTimeout time.Duration
 	requeueDelay    time.Duration
+	poisonAfter     int
 	middleware      []Middleware
 	hooks           *Hooks
 	clock           clock.Clock
@@ -97,7 +104,7 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 	if cfg == nil {
 		cfg = &WorkerConfig{}
 	}
-	if cfg.Concurrency < 0 || cfg.JobTimeout < 0 || cfg.ShutdownTimeout < 0 || cfg.RequeueDelay < 0 {
+	if cfg.Concurrency < 0 || cfg.JobTimeout < 0 || cfg.ShutdownTimeout < 0 || cfg.RequeueDelay < 0 || cfg.PoisonAfter < 0 {
 		return nil, fmt.Errorf("%w: concurrency %d, job timeout %v, shutdown timeout %v and requeue delay %v must not be negative",
 			ErrInvalidQueue, cfg.Concurrency, cfg.JobTimeout, cfg.ShutdownTimeout, cfg.RequeueDelay)
 	}
@@ -107,6 +114,7 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 		jobTimeout:      cfg.JobTimeout,
 		shutdownTimeout: cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout),
 		requeueDelay:    cmp.Or(cfg.RequeueDelay, DefaultRequeueDelay),
+		poisonAfter:     cfg.PoisonAfter,
 		middleware:      slices.Clone(cfg.Middleware),
 		hooks:           cfg.Hooks,
 		clock:           orRealClock(cfg.Clock),
