@@ -103,6 +103,8 @@ type Outcome struct {
 	NextAttempt int
 	// TimedOut and Panicked say how a failed run failed.
 	TimedOut, Panicked bool
+	// PausedUntil is when the queue resumes, after a PauseQueue.
+	PausedUntil time.Time
 	// HandlerDuration is how long the handler ran (0 when it did not).
 	HandlerDuration time.Duration
 	// SettleErr is set when the broker could not be told the outcome; the

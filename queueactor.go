@@ -34,6 +34,36 @@ type queueActor struct {
 var errConsumerLost = errors.New("consumer ended unexpectedly")
 
 func (a *queueActor) Run(ctx context.Context) error {
+	for {
+		resume, err := a.runOnce(ctx)
+		if err != nil || resume.IsZero() {
+			return err
+		}
+		a.w.log.Info("queue paused", "queue", a.q.broker, "until", resume)
+		t := a.w.clock.Timer(resume.Sub(a.w.clock.Now()))
+		select {
+		case <-t.C:
+			a.w.log.Info("queue resumed", "queue", a.q.broker)
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-a.stopping.Done():
+			t.Stop()
+			return nil
+		}
+	}
+}
+
+// queueMsg is what the queue actor's mailbox holds: a delivery, or (on the
+// system lane) a request to pause the queue until a time.
+type queueMsg struct {
+	d          broker.Delivery
+	pauseUntil time.Time
+}
+
+// runOnce consumes until the worker stops (zero, nil), the consumer is
+// lost (an error), or a handler pauses the queue (the time to resume).
+func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, _ error) {
 	consumer, err := a.w.backend.Consume(ctx, a.q.broker, a.q.prefetch)
 	if errors.Is(err, broker.ErrNoQueue) {
 		// Deleted behind our back: declare it again rather than crash-loop.
@@ -44,10 +74,10 @@ func (a *queueActor) Run(ctx context.Context) error {
 	}
 	if errors.Is(err, broker.ErrClosed) {
 		a.fail(fmt.Errorf("queue %q: %w", a.q.broker, err))
-		return nil
+		return time.Time{}, nil
 	}
 	if err != nil {
-		return fmt.Errorf("consume %q: %w", a.q.broker, err)
+		return time.Time{}, fmt.Errorf("consume %q: %w", a.q.broker, err)
 	}
 	defer consumer.Cancel()
 
@@ -63,7 +93,10 @@ func (a *queueActor) Run(ctx context.Context) error {
 	defer stopPulling()
 	defer context.AfterFunc(a.stopping, stopPulling)()
 
-	mb := mailbox.New[broker.Delivery](a.q.prefetch)
+	mb := mailbox.New[queueMsg](a.q.prefetch)
+	pause := func(until time.Time) {
+		_ = mb.PutSystem(handlerCtx, queueMsg{pauseUntil: until}) // a closed mailbox: this run is over anyway
+	}
 	pumpCtx, stopPump := context.WithCancel(pullCtx)
 	defer stopPump()
 	pumped := make(chan error, 1)
@@ -72,12 +105,16 @@ func (a *queueActor) Run(ctx context.Context) error {
 
 	var running sync.WaitGroup
 	for {
-		d, err := mb.Get(pullCtx)
+		m, err := mb.Get(pullCtx)
 		if err != nil {
 			break // stopping, or the pump closed the mailbox
 		}
+		if !m.pauseUntil.IsZero() {
+			resume = m.pauseUntil
+			break
+		}
 		if err := a.w.slots.Acquire(pullCtx, 1); err != nil {
-			requeue(d, jobLog{l: a.w.log, queue: a.q.broker})
+			requeue(m.d, jobLog{l: a.w.log, queue: a.q.broker})
 			break
 		}
 		select {
@@ -90,31 +127,35 @@ func (a *queueActor) Run(ctx context.Context) error {
 		go func() {
 			defer running.Done()
 			defer a.w.slots.Release(1)
-			a.w.process(handlerCtx, a.q, a.hold, d)
+			a.w.process(handlerCtx, a.q, a.hold, m.d, pause)
 		}()
 	}
 	stopPump()
 	why := <-pumped
-	for _, d := range mb.Drain() { // pulled, never started: back to the broker
-		requeue(d, jobLog{l: a.w.log, queue: a.q.broker})
+	for _, m := range mb.Drain() { // pulled, never started: back to the broker
+		if m.d != nil {
+			requeue(m.d, jobLog{l: a.w.log, queue: a.q.broker})
+		} else if m.pauseUntil.After(resume) {
+			resume = m.pauseUntil
+		}
 	}
 	a.waitFor(&running, hardStop)
 
 	switch {
 	case why == nil:
-		return nil
+		return resume, nil
 	case errors.Is(why, broker.ErrClosed):
 		a.fail(fmt.Errorf("queue %q: %w", a.q.broker, why))
-		return nil
+		return time.Time{}, nil
 	default:
-		return fmt.Errorf("queue %q: %w", a.q.broker, why)
+		return time.Time{}, fmt.Errorf("queue %q: %w", a.q.broker, why)
 	}
 }
 
 // pump moves deliveries from the consumer into the mailbox until ctx ends
 // (nil) or the consumer does (why; lost is closed first). It closes the
 // mailbox when it returns.
-func pump(ctx context.Context, c broker.Consumer, mb *mailbox.Mailbox[broker.Delivery], lost chan<- struct{}) error {
+func pump(ctx context.Context, c broker.Consumer, mb *mailbox.Mailbox[queueMsg], lost chan<- struct{}) error {
 	defer mb.Close()
 	for {
 		select {
@@ -128,7 +169,7 @@ func pump(ctx context.Context, c broker.Consumer, mb *mailbox.Mailbox[broker.Del
 				mb.Drain()
 				return fmt.Errorf("%w: %w", errConsumerLost, cmp.Or(c.Err(), broker.ErrClosed))
 			}
-			if err := mb.Put(ctx, d); err != nil {
+			if err := mb.Put(ctx, queueMsg{d: d}); err != nil {
 				requeue(d, jobLog{})
 				return nil
 			}
@@ -163,7 +204,8 @@ func requeue(d broker.Delivery, log jobLog) {
 }
 
 // process runs one delivery to its settlement, and tells the hooks.
-func (w *Worker) process(ctx context.Context, q *queueConfig, hold *actor.Actor[holdRequest], d broker.Delivery) {
+// pause, called by a handler's PauseQueue, pauses the delivery's queue.
+func (w *Worker) process(ctx context.Context, q *queueConfig, hold *actor.Actor[holdRequest], d broker.Delivery, pause func(until time.Time)) {
 	msg := d.Message()
 	info := &DeliveryInfo{System: w.backend.Name(), Queue: q.broker, Headers: msg.Headers, DueAt: dueAt(msg.Headers), Started: w.clock.Now()}
 	env, decodeErr := broker.DecodeEnvelope(msg.Body)
@@ -177,7 +219,7 @@ func (w *Worker) process(ctx context.Context, q *queueConfig, hold *actor.Actor[
 			finish = f
 		}
 	}
-	finish(w.settleDelivery(ctx, q, hold, d, msg, env, decodeErr, info.Job))
+	finish(w.settleDelivery(ctx, q, hold, d, msg, env, decodeErr, info.Job, pause))
 }
 
 // jobContext is what the handler of env will see.
@@ -199,7 +241,7 @@ func (w *Worker) jobContext(q *queueConfig, env broker.Envelope, d broker.Delive
 
 // settleDelivery decides what becomes of d (SPEC §2) and tells the broker.
 func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor.Actor[holdRequest], d broker.Delivery,
-	msg broker.Message, env broker.Envelope, decodeErr error, jc JobContext) Outcome {
+	msg broker.Message, env broker.Envelope, decodeErr error, jc JobContext, pause func(until time.Time)) Outcome {
 	if decodeErr != nil {
 		log := jobLog{l: w.log, queue: q.broker}
 		log.Error("message body is not a valid envelope; dead-lettering it verbatim", "error", decodeErr)
@@ -249,7 +291,7 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 	}
 
 	var out Outcome
-	switch o, def := classify(err); o {
+	switch o, def, pausing := classify(err); o {
 	case outcomeSuccess:
 		out = w.acked(log, d, Outcome{Result: Succeeded})
 		if out.SettleErr == nil {
@@ -266,6 +308,14 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 		out = w.republished(log, d, "defer", err, Outcome{Result: Deferred, Delay: def.Delay, Reason: def.Reason})
 		if out.SettleErr == nil {
 			log.Info("job deferred", "delay", def.Delay, "reason", def.Reason, "deferrals", next.Deferrals)
+		}
+		if pausing && err == nil {
+			// Resume when the deferred job is back on the queue, so that it
+			// is the first delivery after the pause.
+			ttl, _ := broker.HoldTTL(def.Delay, w.set.deferGranularity)
+			out.PausedUntil = w.clock.Now().Add(ttl)
+			log.Info("queue rate limited; pausing it", "until", out.PausedUntil, "reason", def.Reason)
+			pause(out.PausedUntil)
 		}
 	case outcomeFatal:
 		log.Error("job failed fatally", "error", err)

@@ -32,6 +32,31 @@ func (e *DeferError) Error() string {
 	return fmt.Sprintf("job deferred for %v: %s", e.Delay, e.Reason)
 }
 
+// PauseError asks for what DeferError asks, and more: the whole queue is
+// rate limited, so its worker stops taking the queue's deliveries until
+// the job comes back; queue-mates do not burn calls or attempts meanwhile.
+type PauseError struct {
+	Delay  time.Duration
+	Reason string
+}
+
+func (e *PauseError) Error() string {
+	return fmt.Sprintf("queue paused for %v: %s", e.Delay, e.Reason)
+}
+
+// PauseQueue defers the job for d, as Defer does, and pauses its queue in
+// this worker until the job is back: the deliveries it holds go back to
+// the broker, running handlers finish, and consuming resumes when the
+// deferred job is on the queue again, at the top priority, so it runs
+// first. Return it when an API answers 429 with a Retry-After that holds
+// for every job of the queue. Other queues are not affected.
+func PauseQueue(d time.Duration, reason string) error {
+	if reason == "" {
+		reason = "rate limited"
+	}
+	return &PauseError{Delay: d, Reason: reason}
+}
+
 // Retryable wraps err as a retryable failure. Retryable(nil) is nil.
 func Retryable(err error) error {
 	if err == nil {
@@ -75,17 +100,22 @@ const (
 	outcomeDefer
 )
 
-func classify(err error) (outcome, *DeferError) {
+// classify reads a handler's result. For a deferral it also returns the
+// delay and reason, and whether the queue pauses.
+func classify(err error) (outcome, *DeferError, bool) {
 	var d *DeferError
+	var p *PauseError
 	var f *FatalError
 	switch {
 	case err == nil:
-		return outcomeSuccess, nil
+		return outcomeSuccess, nil, false
 	case errors.As(err, &d):
-		return outcomeDefer, d
+		return outcomeDefer, d, false
+	case errors.As(err, &p):
+		return outcomeDefer, &DeferError{Delay: p.Delay, Reason: p.Reason}, true
 	case errors.As(err, &f):
-		return outcomeFatal, nil
+		return outcomeFatal, nil, false
 	default:
-		return outcomeRetry, nil
+		return outcomeRetry, nil, false
 	}
 }

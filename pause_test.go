@@ -1,0 +1,134 @@
+package queuey_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/queuey-go/queuey"
+	"github.com/queuey-go/queuey/clocktest"
+)
+
+// fakeAPI allows a number of calls per second of the mock clock and
+// answers the rest as an API would answer 429, with the wait until the
+// next second as Retry-After.
+type fakeAPI struct {
+	clock     clock.Clock
+	perSecond int
+
+	mu      sync.Mutex
+	window  int64
+	used    int
+	ok      int
+	limited int // calls answered 429: wasted
+}
+
+func (a *fakeAPI) call() (retryAfter time.Duration, ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.clock.Now()
+	if w := now.Unix(); w != a.window {
+		a.window, a.used = w, 0
+	}
+	if a.used < a.perSecond {
+		a.used++
+		a.ok++
+		return 0, true
+	}
+	a.limited++
+	return now.Truncate(time.Second).Add(time.Second).Sub(now), false
+}
+
+func (a *fakeAPI) counts() (ok, limited int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.ok, a.limited
+}
+
+// The queue-level pause of SPEC §11: 50 jobs against an API that allows 5
+// calls a second. Pausing the queue on a 429 keeps the wasted calls to at
+// most the prefetch per limited second, where deferring each job alone
+// lets the whole backlog hit the limit again and again. No job spends an
+// attempt either way.
+func TestPausingARateLimitedQueueSavesItsQueueMatesCalls(t *testing.T) {
+	const jobs, prefetch = 50, 5
+	run := func(t *testing.T, pause bool) (wasted, pauses int) {
+		q := queuey.Queue{Name: "p", Prefetch: prefetch}
+		set := queuey.QueueSet{Prefix: "rl", Queues: []queuey.Queue{q}}
+		opts := &clocktest.Options{Worker: queuey.WorkerConfig{Concurrency: prefetch}}
+		clocktest.Run(t, set, opts, func(t *testing.T, h *clocktest.Harness) {
+			api := &fakeAPI{clock: h.Clock, perSecond: 5}
+			must(t, queuey.Handle(h.Worker, func(ctx context.Context, j pJob, jc queuey.JobContext) error {
+				if wait, ok := api.call(); !ok {
+					if pause {
+						return queuey.PauseQueue(wait, "429")
+					}
+					return queuey.Defer(wait, "429")
+				}
+				return nil
+			}))
+			for range jobs {
+				mustID(t)(h.Producer.Enqueue(t.Context(), pJob{}))
+			}
+			h.Advance(time.Minute)
+			ok, limited := api.counts()
+			if ok != jobs {
+				t.Fatalf("successful calls: got %d, want %d", ok, jobs)
+			}
+			for _, r := range h.Log.Runs() {
+				if r.Attempt != 1 {
+					t.Fatalf("a run at attempt %d: a rate limit must not spend attempts", r.Attempt)
+				}
+			}
+			if dl := h.Backend.DeadLetters("rl.p"); len(dl) != 0 {
+				t.Errorf("dead letters: %d", len(dl))
+			}
+			wasted = limited
+			seconds := map[int64]bool{}
+			for _, r := range h.Log.Runs() {
+				if r.Deferrals > 0 {
+					seconds[r.At.Unix()] = true
+				}
+			}
+			pauses = len(seconds)
+		})
+		return wasted, pauses
+	}
+	wastedWithPause, limitedSeconds := run(t, true)
+	wastedWithout, _ := run(t, false)
+	t.Logf("calls wasted on 429s: %d with the queue pause, %d without", wastedWithPause, wastedWithout)
+	if wastedWithPause > prefetch*limitedSeconds {
+		t.Errorf("with the pause: %d wasted calls over %d limited seconds, want at most the prefetch (%d) each",
+			wastedWithPause, limitedSeconds, prefetch)
+	}
+	if wastedWithout < 4*wastedWithPause {
+		t.Errorf("without the pause: %d wasted calls, want several times the %d with it", wastedWithout, wastedWithPause)
+	}
+}
+
+// While one queue is paused, the others keep running.
+func TestAPausedQueueDoesNotStopTheOthers(t *testing.T) {
+	clocktest.Run(t, app, &clocktest.Options{Worker: queuey.WorkerConfig{Concurrency: 4}}, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j betaJob, jc queuey.JobContext) error {
+			if jc.Deferrals == 0 && j.Name == "limited" {
+				return queuey.PauseQueue(time.Minute, "429")
+			}
+			return nil
+		}))
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j gammaJob, jc queuey.JobContext) error { return nil }))
+		limited := mustID(t)(h.Producer.Enqueue(t.Context(), betaJob{named("limited")}))
+		h.Advance(time.Second)
+		waiting := mustID(t)(h.Producer.Enqueue(t.Context(), betaJob{named("waiting")}))
+		other := mustID(t)(h.Producer.Enqueue(t.Context(), gammaJob{named("other")}))
+		h.Advance(30 * time.Second)
+		if len(h.Log.Of(other)) != 1 || len(h.Log.Of(waiting)) != 0 {
+			t.Errorf("while beta is paused: gamma ran %d times (want 1), beta's next job %d (want 0)",
+				len(h.Log.Of(other)), len(h.Log.Of(waiting)))
+		}
+		h.Advance(31 * time.Second)
+		wantOrder(t, h, limited, other, limited, waiting)
+	})
+}
