@@ -55,6 +55,8 @@ type PublishInfo struct {
 	Delay time.Duration
 	// Reason is a dead letter's reason.
 	Reason string
+	// CorrelationID is the job's, when it has one.
+	CorrelationID string
 	// Headers go out with the message; a hook may add to them.
 	Headers map[string]string
 }
@@ -146,10 +148,36 @@ func (h *Hooks) publishing(ctx context.Context, system string, op PublishOp, msg
 	p := &PublishInfo{
 		Op: op, System: system, Queue: msg.Queue, JobID: msg.ID, Kind: msg.Type,
 		Attempt: int(msg.Attempt), Deferrals: int(msg.Deferrals), Priority: int(msg.Priority),
-		Delay: delay, Reason: reason, Headers: msg.Headers,
+		Delay: delay, Reason: reason, CorrelationID: msg.CorrelationID, Headers: msg.Headers,
 	}
 	if done := h.Publish(ctx, p); done != nil {
 		return done
 	}
 	return func(error) {}
+}
+
+// DeadLetterCause says why a job is dead-lettered.
+type DeadLetterCause string
+
+// The causes of a dead letter.
+const (
+	CauseMalformed       DeadLetterCause = "malformed"        // the body is not an envelope
+	CauseNoHandler       DeadLetterCause = "no_handler"       // no handler for the job's kind
+	CauseDecode          DeadLetterCause = "decode_error"     // the payload does not decode into the handler's type
+	CauseFatal           DeadLetterCause = "fatal"            // the handler returned Fatal
+	CauseExhausted       DeadLetterCause = "exhausted"        // the retry policy's attempts are used up
+	CauseInvalidDeferral DeadLetterCause = "invalid_deferral" // a deferral no hold queue can give
+	CausePoison          DeadLetterCause = "poison"           // redelivered PoisonAfter times
+)
+
+// DeadLetterEvent is what WorkerConfig.OnDeadLetter is told.
+type DeadLetterEvent struct {
+	// Job is the job as its handler saw it (or would have); its JobID is
+	// empty for a malformed body.
+	Job JobContext
+	// Cause and Reason say why; Reason is what the dead letter carries.
+	Cause  DeadLetterCause
+	Reason string
+	// Err is the handler's or the decoder's error, when there was one.
+	Err error
 }

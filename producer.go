@@ -92,10 +92,20 @@ func NewUndeclaredProducer(backend broker.Backend, set QueueSet, cfg *ProducerCo
 	return p, nil
 }
 
+// EnqueueOption adjusts one enqueue.
+type EnqueueOption func(*broker.Envelope)
+
+// WithCorrelationID sets the job's correlation id: carried unchanged
+// through every retry and deferral, shown to handlers as
+// JobContext.CorrelationID and to hooks (traces).
+func WithCorrelationID(id string) EnqueueOption {
+	return func(e *broker.Envelope) { e.CorrelationID = id }
+}
+
 // Enqueue publishes job to run as soon as a worker takes it, behind the
 // backlog. It returns the job id once the broker has confirmed the publish.
-func (p *Producer) Enqueue(ctx context.Context, job Job) (string, error) {
-	env, _, err := p.envelope(job)
+func (p *Producer) Enqueue(ctx context.Context, job Job, opts ...EnqueueOption) (string, error) {
+	env, _, err := p.envelope(job, opts)
 	if err != nil {
 		return "", err
 	}
@@ -143,8 +153,8 @@ func (p *Producer) EnqueueBatch(ctx context.Context, jobs []Job) ([]string, erro
 // RetryGranularity, never early) and then join the back of its queue at
 // priority 0. A delay over the longest hold (~24.8 days) is refused with
 // ErrDelayTooLong; nothing is published.
-func (p *Producer) EnqueueAfter(ctx context.Context, job Job, d time.Duration) (string, error) {
-	env, _, err := p.envelope(job)
+func (p *Producer) EnqueueAfter(ctx context.Context, job Job, d time.Duration, opts ...EnqueueOption) (string, error) {
+	env, _, err := p.envelope(job, opts)
 	if err != nil {
 		return "", err
 	}
@@ -155,8 +165,8 @@ func (p *Producer) EnqueueAfter(ctx context.Context, job Job, d time.Duration) (
 // DeferGranularity, never early) and then run ahead of the backlog, at the
 // queue's top priority. The job starts with attempt 1 and no deferrals: the
 // producer scheduled it, the handler never deferred it.
-func (p *Producer) Defer(ctx context.Context, job Job, d time.Duration) (string, error) {
-	env, q, err := p.envelope(job)
+func (p *Producer) Defer(ctx context.Context, job Job, d time.Duration, opts ...EnqueueOption) (string, error) {
+	env, q, err := p.envelope(job, opts)
 	if err != nil {
 		return "", err
 	}
@@ -178,7 +188,7 @@ func (p *Producer) hold(ctx context.Context, env broker.Envelope, d time.Duratio
 	return env.JobID, nil
 }
 
-func (p *Producer) envelope(job Job) (broker.Envelope, *queueConfig, error) {
+func (p *Producer) envelope(job Job, opts []EnqueueOption) (broker.Envelope, *queueConfig, error) {
 	if err := checkJob(job); err != nil {
 		return broker.Envelope{}, nil, err
 	}
@@ -190,7 +200,14 @@ func (p *Producer) envelope(job Job) (broker.Envelope, *queueConfig, error) {
 	if err != nil {
 		return broker.Envelope{}, nil, fmt.Errorf("%w: encode %s: %v", ErrInvalidJob, job.Kind(), err)
 	}
-	return broker.NewEnvelope(job.Kind(), q.broker, payload, p.clock.Now()), q, nil
+	env := broker.NewEnvelope(job.Kind(), q.broker, payload, p.clock.Now())
+	for _, o := range opts {
+		o(&env)
+	}
+	if !utf8.ValidString(env.CorrelationID) {
+		return broker.Envelope{}, nil, fmt.Errorf("%w: correlation id %q is not valid UTF-8", ErrInvalidJob, env.CorrelationID)
+	}
+	return env, q, nil
 }
 
 func (p *Producer) message(env broker.Envelope) (broker.Message, error) {

@@ -246,7 +246,7 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 		log := jobLog{l: w.log, queue: q.broker}
 		log.Error("message body is not a valid envelope; dead-lettering it verbatim", "error", decodeErr)
 		msg.Queue = q.broker
-		return w.deadLetter(ctx, log, d, msg, "malformed envelope: "+decodeErr.Error(), decodeErr)
+		return w.deadLetter(ctx, log, d, msg, CauseMalformed, "malformed envelope: "+decodeErr.Error(), decodeErr, jc)
 	}
 	env.Queue = q.broker // republish where it came from, whatever the body says
 	log := jobLog{l: w.log, id: env.JobID, kind: env.JobType, queue: q.broker, attempt: env.Attempt}
@@ -258,7 +258,7 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 	}
 
 	if w.poisonAfter > 0 && d.Redelivered() {
-		if out, done := w.countRedelivery(ctx, log, d, msg, env, original); done {
+		if out, done := w.countRedelivery(ctx, log, d, msg, jc, original); done {
 			return out
 		}
 	}
@@ -266,18 +266,15 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 	h, ok := w.handlers[env.JobType]
 	if !ok {
 		log.Warn("no handler registered; dead-lettering")
-		return w.deadLetter(ctx, log, d, original(), fmt.Sprintf("no handler for job type %q", env.JobType), nil)
+		return w.deadLetter(ctx, log, d, original(), CauseNoHandler, fmt.Sprintf("no handler for job type %q", env.JobType), nil, jc)
 	}
 	job, err := h.decode(env.Payload)
 	if err != nil {
 		log.Error("payload did not match the handler's job type; dead-lettering", "error", err)
-		return w.deadLetter(ctx, log, d, original(), "decode error: "+err.Error(), err)
+		return w.deadLetter(ctx, log, d, original(), CauseDecode, "decode error: "+err.Error(), err, jc)
 	}
-	policy := q.retry
-	if p, ok := job.(RetryPolicer); ok {
-		policy = p.RetryPolicy()
-		jc.MaxAttempts = policy.maxAttempts()
-	}
+	policy := w.retryPolicy(q, env.JobType, job)
+	jc.MaxAttempts = policy.maxAttempts()
 
 	log.Debug("running job", "deferrals", jc.Deferrals, "priority", jc.Priority)
 	started := w.clock.Now()
@@ -302,7 +299,7 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 		err := w.republish(ctx, hold, OpDeferral, next, def.Delay, holdDefer)
 		if errors.Is(err, ErrDelayTooLong) || errors.Is(err, ErrInvalidDelay) {
 			log.Error("job asked for a deferral no hold queue can give; dead-lettering", "error", err)
-			out = w.deadLetter(ctx, log, d, original(), "invalid deferral: "+err.Error(), err)
+			out = w.deadLetter(ctx, log, d, original(), CauseInvalidDeferral, "invalid deferral: "+err.Error(), err, jc)
 			break
 		}
 		out = w.republished(log, d, "defer", err, Outcome{Result: Deferred, Delay: def.Delay, Reason: def.Reason})
@@ -324,13 +321,13 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 		if errors.As(err, &f) {
 			cause = f.Err
 		}
-		out = w.deadLetter(ctx, log, d, original(), "fatal error: "+cause.Error(), err)
+		out = w.deadLetter(ctx, log, d, original(), CauseFatal, "fatal error: "+cause.Error(), err, jc)
 	case outcomeRetry:
 		delay, again := policy.Decide(jc.Attempt)
 		if !again {
 			log.Error("job failed; giving up", "error", err, "max_attempts", jc.MaxAttempts)
-			out = w.deadLetter(ctx, log, d, original(), fmt.Sprintf("max attempts (%d) exhausted after attempt %d: %v",
-				jc.MaxAttempts, jc.Attempt, err), err)
+			out = w.deadLetter(ctx, log, d, original(), CauseExhausted, fmt.Sprintf("max attempts (%d) exhausted after attempt %d: %v",
+				jc.MaxAttempts, jc.Attempt, err), err, jc)
 			break
 		}
 		err2 := w.republish(ctx, hold, OpRetry, env.NextAttempt(), delay, holdRetry)
@@ -359,14 +356,14 @@ const headerRedeliveries = "x-queuey-redeliveries"
 // raised, and the original acked; the copy is what runs (done is true).
 // RabbitMQ's classic queues keep no delivery count, so the count travels
 // in the message.
-func (w *Worker) countRedelivery(ctx context.Context, log jobLog, d broker.Delivery, msg broker.Message, env broker.Envelope,
+func (w *Worker) countRedelivery(ctx context.Context, log jobLog, d broker.Delivery, msg broker.Message, jc JobContext,
 	original func() broker.Message) (Outcome, bool) {
 	n, _ := strconv.Atoi(msg.Headers[headerRedeliveries])
 	n++
 	if n >= w.poisonAfter {
 		log.Error("job came back unsettled too often; dead-lettering it as poison", "redeliveries", n)
-		return w.deadLetter(ctx, log, d, original(),
-			fmt.Sprintf("poison: delivered %d times without being settled; it may crash its worker", n), nil), true
+		return w.deadLetter(ctx, log, d, original(), CausePoison,
+			fmt.Sprintf("poison: delivered %d times without being settled; it may crash its worker", n), nil, jc), true
 	}
 	again := original()
 	again.Headers = maps.Clone(msg.Headers)
@@ -465,8 +462,13 @@ func (w *Worker) acked(log jobLog, d broker.Delivery, out Outcome) Outcome {
 	return out
 }
 
-// deadLetter moves msg to the dead letters with reason, then acks d.
-func (w *Worker) deadLetter(ctx context.Context, log jobLog, d broker.Delivery, msg broker.Message, reason string, cause error) Outcome {
+// deadLetter tells the dead-letter hook, moves msg to the dead letters with
+// reason, then acks d.
+func (w *Worker) deadLetter(ctx context.Context, log jobLog, d broker.Delivery, msg broker.Message,
+	why DeadLetterCause, reason string, cause error, jc JobContext) Outcome {
+	if w.onDeadLetter != nil {
+		w.onDeadLetter(ctx, DeadLetterEvent{Job: jc, Cause: why, Reason: reason, Err: cause})
+	}
 	done := w.hooks.publishing(ctx, w.backend.Name(), OpDeadLetter, &msg, 0, reason)
 	err := w.backend.DeadLetter(ctx, broker.DeadLetter{Message: msg, Reason: reason})
 	done(err)

@@ -43,6 +43,10 @@ type WorkerConfig struct {
 	Middleware []Middleware
 	// Hooks observe every delivery and republish (package trace uses them).
 	Hooks *Hooks
+	// OnDeadLetter, when set, is called before each dead-letter publish,
+	// with why: a place to alert. It runs on the worker's goroutine that
+	// settles the job, so keep it quick.
+	OnDeadLetter func(ctx context.Context, dl DeadLetterEvent)
 	// PoisonAfter dead-letters a job the broker has handed out this many
 	// times without it being settled: a job that crashes its worker
 	// process. Each redelivery republishes the job with its count (to the
@@ -70,10 +74,15 @@ type Worker struct {
 	shutdownTimeout time.Duration
 	requeueDelay    time.Duration
 	poisonAfter     int
-	middleware      []Middleware
-	hooks           *Hooks
-	clock           clock.Clock
-	log             *slog.Logger
+	onDeadLetter    func(context.Context, DeadLetterEvent)
+
+	overridesMu sync.RWMutex
+	byQueue     map[string]RetryPolicy // runtime overrides, by Queue.Name
+	byKind      map[string]RetryPolicy // runtime overrides, by job kind
+	middleware  []Middleware
+	hooks       *Hooks
+	clock       clock.Clock
+	log         *slog.Logger
 
 	slots          *semaphore.Weighted
 	settleFailures atomic.Uint64
@@ -115,6 +124,9 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 		shutdownTimeout: cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout),
 		requeueDelay:    cmp.Or(cfg.RequeueDelay, DefaultRequeueDelay),
 		poisonAfter:     cfg.PoisonAfter,
+		onDeadLetter:    cfg.OnDeadLetter,
+		byQueue:         map[string]RetryPolicy{},
+		byKind:          map[string]RetryPolicy{},
 		middleware:      slices.Clone(cfg.Middleware),
 		hooks:           cfg.Hooks,
 		clock:           orRealClock(cfg.Clock),
@@ -265,4 +277,58 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.log.Info("worker stopped", "settle_failures", w.SettleFailures(), "error", err)
 	return err
+}
+
+// SetQueueRetryPolicy replaces, while the worker runs, the retry policy of
+// the queue named name (Queue.Name); nil goes back to the queue's own. It
+// applies from the next failure on.
+func (w *Worker) SetQueueRetryPolicy(name string, p *RetryPolicy) error {
+	if _, ok := w.set.byName[name]; !ok {
+		return fmt.Errorf("%w: queue %q is not in the worker's queue set", ErrUnknownQueue, name)
+	}
+	return w.setOverride(w.byQueue, name, p)
+}
+
+// SetKindRetryPolicy sets, while the worker runs, the retry policy of jobs
+// of kind; nil removes it. It wins over the queue's policy, and a job's
+// own RetryPolicy wins over it.
+func (w *Worker) SetKindRetryPolicy(kind string, p *RetryPolicy) error {
+	if err := checkKind(kind); err != nil {
+		return err
+	}
+	return w.setOverride(w.byKind, kind, p)
+}
+
+func (w *Worker) setOverride(m map[string]RetryPolicy, key string, p *RetryPolicy) error {
+	if p != nil {
+		if err := p.validate(); err != nil {
+			return err
+		}
+	}
+	w.overridesMu.Lock()
+	defer w.overridesMu.Unlock()
+	if p == nil {
+		delete(m, key)
+	} else {
+		m[key] = *p
+	}
+	return nil
+}
+
+// retryPolicy is the policy a failure of job is judged by: the job's own
+// (RetryPolicer, decided from its content), else a runtime override for
+// its kind, else one for its queue, else the queue's.
+func (w *Worker) retryPolicy(q *queueConfig, kind string, job Job) RetryPolicy {
+	if p, ok := job.(RetryPolicer); ok {
+		return p.RetryPolicy()
+	}
+	w.overridesMu.RLock()
+	defer w.overridesMu.RUnlock()
+	if p, ok := w.byKind[kind]; ok {
+		return p
+	}
+	if p, ok := w.byQueue[q.Name]; ok {
+		return p
+	}
+	return q.retry
 }

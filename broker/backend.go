@@ -61,6 +61,8 @@ type Message struct {
 	// x-deferrals headers; they are informational.
 	Attempt   uint32
 	Deferrals uint32
+	// CorrelationID is the AMQP correlation id: the job's, when it has one.
+	CorrelationID string
 	// Headers are extra string headers (trace context, for instance).
 	Headers map[string]string
 	// Body is the encoded envelope, or for a malformed delivery the raw bytes.

@@ -163,13 +163,14 @@ func (e Envelope) Message() (Message, error) {
 		return Message{}, err
 	}
 	return Message{
-		Queue:     e.Queue,
-		ID:        e.JobID,
-		Type:      e.JobType,
-		Priority:  e.Priority,
-		Attempt:   e.Attempt,
-		Deferrals: e.Deferrals,
-		Body:      body,
+		Queue:         e.Queue,
+		ID:            e.JobID,
+		Type:          e.JobType,
+		Priority:      e.Priority,
+		Attempt:       e.Attempt,
+		Deferrals:     e.Deferrals,
+		CorrelationID: e.CorrelationID,
+		Body:          body,
 	}, nil
 }
 

@@ -180,11 +180,12 @@ func (d *delivery) settleErr(err error) error {
 // broker adds on dead-lettering (x-death and friends).
 func message(queue string, d amqp.Delivery) broker.Message {
 	m := broker.Message{
-		Queue:    queue,
-		ID:       d.MessageId,
-		Type:     d.Type,
-		Priority: d.Priority,
-		Body:     d.Body,
+		Queue:         queue,
+		ID:            d.MessageId,
+		CorrelationID: d.CorrelationId,
+		Type:          d.Type,
+		Priority:      d.Priority,
+		Body:          d.Body,
 	}
 	for k, v := range d.Headers {
 		switch {

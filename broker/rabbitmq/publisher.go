@@ -180,12 +180,13 @@ func publishing(msg broker.Message, extra amqp.Table) amqp.Publishing {
 		typ = typ[:255]
 	}
 	return amqp.Publishing{
-		ContentType:  "application/json",
-		DeliveryMode: amqp.Persistent,
-		MessageId:    msg.ID,
-		Type:         typ,
-		Priority:     msg.Priority,
-		Headers:      headers,
-		Body:         msg.Body,
+		ContentType:   "application/json",
+		DeliveryMode:  amqp.Persistent,
+		MessageId:     msg.ID,
+		CorrelationId: msg.CorrelationID,
+		Type:          typ,
+		Priority:      msg.Priority,
+		Headers:       headers,
+		Body:          msg.Body,
 	}
 }
