@@ -109,18 +109,26 @@ func (p *Producer) Enqueue(ctx context.Context, job Job, opts ...EnqueueOption) 
 	if err != nil {
 		return "", err
 	}
+	if err := p.publish(ctx, env); err != nil {
+		return "", err
+	}
+	return env.JobID, nil
+}
+
+// publish puts env on its queue now, confirmed.
+func (p *Producer) publish(ctx context.Context, env broker.Envelope) error {
 	msg, err := p.message(env)
 	if err != nil {
-		return "", err
+		return err
 	}
 	stampDue(&msg, p.clock.Now())
 	done := p.hooks.publishing(ctx, p.backend.Name(), OpEnqueue, &msg, 0, "")
 	err = p.backend.Publish(ctx, msg)
 	done(err)
 	if err != nil {
-		return "", fmt.Errorf("enqueue %s on %q: %w", env.JobType, env.Queue, err)
+		return fmt.Errorf("enqueue %s on %q: %w", env.JobType, env.Queue, err)
 	}
-	return env.JobID, nil
+	return nil
 }
 
 // batchInFlight bounds the publishes one EnqueueBatch keeps in flight.

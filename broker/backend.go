@@ -95,6 +95,9 @@ type Backend interface {
 	// DeadLetter publishes dl to the dead-letter queue of dl.Queue with the
 	// reason in its headers, confirmed.
 	DeadLetter(ctx context.Context, dl DeadLetter) error
+	// Depth counts the messages ready on queue (not those handed to
+	// consumers and not yet settled). A missing queue gives ErrNoQueue.
+	Depth(ctx context.Context, queue string) (int, error)
 	// Consume starts a consumer on queue holding at most prefetch unsettled
 	// deliveries (prefetch ≥ 1).
 	Consume(ctx context.Context, queue string, prefetch int) (Consumer, error)

@@ -1,6 +1,7 @@
 package brokertest
 
 import (
+	"errors"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -87,6 +88,17 @@ var tests = []struct {
 		e.ack(first)
 		if got := e.recv(c, e.slack).Message().ID; got != "3" {
 			e.t.Errorf("after an ack: got %s, want 3", got)
+		}
+	}},
+	{"DepthCountsReadyMessages", func(e *env) {
+		q := e.queue("work")
+		e.declare(broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true})
+		e.publish(msg(q, "1", 0), msg(q, "2", 0), msg(q, "3", 0))
+		if n, err := e.b.Depth(e.t.Context(), q); err != nil || n != 3 {
+			e.t.Errorf("depth: got %d, %v; want 3", n, err)
+		}
+		if _, err := e.b.Depth(e.t.Context(), e.queue("missing")); !errors.Is(err, broker.ErrNoQueue) {
+			e.t.Errorf("depth of a missing queue: got %v, want ErrNoQueue", err)
 		}
 	}},
 	{"PublishingToAMissingQueueIsUnroutable", func(e *env) {

@@ -491,3 +491,21 @@ func (b *Backend) Disconnect(queue string) {
 		c.endLocked(ErrDisconnected)
 	}
 }
+
+// Depth counts the messages ready on queue.
+func (b *Backend) Depth(ctx context.Context, queue string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return 0, broker.ErrClosed
+	}
+	b.releaseDueLocked()
+	q, ok := b.queues[queue]
+	if !ok {
+		return 0, fmt.Errorf("%w: depth of %q", broker.ErrNoQueue, queue)
+	}
+	return q.pending(), nil
+}

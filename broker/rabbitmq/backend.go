@@ -231,6 +231,21 @@ func (b *Backend) publish(ctx context.Context, queue string, pub amqp.Publishing
 	}
 }
 
+// Depth counts the messages ready on queue, by a passive declare.
+func (b *Backend) Depth(ctx context.Context, queue string) (int, error) {
+	for {
+		s, err := b.session(ctx)
+		if err != nil {
+			return 0, err
+		}
+		n, err := s.depth(queue)
+		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
+			continue
+		}
+		return n, err
+	}
+}
+
 // Consume opens a channel for queue with basic.qos(prefetch) and starts a
 // consumer with manual acks.
 func (b *Backend) Consume(ctx context.Context, queue string, prefetch int) (broker.Consumer, error) {

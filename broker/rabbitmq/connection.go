@@ -295,6 +295,25 @@ func (s *session) declare(ctx context.Context, name string, durable bool, args a
 	return nil
 }
 
+// depth passive-declares queue on a channel of its own: a missing queue
+// closes the channel it was asked on.
+func (s *session) depth(queue string) (int, error) {
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return 0, lostOr(err)
+	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+	var amqpErr *amqp.Error
+	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound {
+		return 0, fmt.Errorf("%w: depth of %q", broker.ErrNoQueue, queue)
+	}
+	if err != nil {
+		return 0, lostOr(err)
+	}
+	return q.Messages, nil
+}
+
 func (s *session) declareAll(ctx context.Context, specs []broker.QueueSpec) error {
 	for _, spec := range specs {
 		if err := s.declare(ctx, spec.Name, spec.Durable, table(broker.QueueArgs(spec))); err != nil {

@@ -1,0 +1,113 @@
+package queuey_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/queuey-go/queuey"
+	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/broker/memory"
+	"github.com/queuey-go/queuey/clocktest"
+)
+
+func TestDeadLettersCanBeListedShownAndReplayed(t *testing.T) {
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		ctx, id := t.Context(), mustID(t)
+		fatal := true
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j betaJob, jc queuey.JobContext) error {
+			if fatal {
+				return queuey.Fatalf("%s: upstream said no", j.Name)
+			}
+			return nil
+		}))
+		a := id(h.Producer.Enqueue(ctx, betaJob{named("a")}, queuey.WithCorrelationID("c-a")))
+		b := id(h.Producer.Enqueue(ctx, betaJob{named("b")}))
+		c := id(h.Producer.Enqueue(ctx, betaJob{named("c")}))
+		must(t, h.Backend.Publish(ctx, broker.Message{Queue: qBeta, Body: []byte("not json")}))
+		h.Advance(time.Hour)
+
+		dl, err := queuey.NewDeadLetters(ctx, h.Backend, app, &queuey.ProducerConfig{Clock: h.Clock})
+		must(t, err)
+		list, err := dl.List(ctx, "beta")
+		must(t, err)
+		if len(list) != 4 {
+			t.Fatalf("listed %d dead letters, want 4", len(list))
+		}
+		if got := list[0]; got.ID != a || got.Kind != "beta_job" || got.Attempts != 1 || got.Age != time.Hour ||
+			got.CorrelationID != "c-a" || !strings.Contains(got.Reason, "a: upstream said no") || !strings.Contains(string(got.Payload), `"a"`) {
+			t.Errorf("first dead letter: %+v", got)
+		}
+		if !list[3].Malformed || string(list[3].Body) != "not json" {
+			t.Errorf("the malformed dead letter: %+v", list[3])
+		}
+		if len(h.Backend.DeadLetters(qBeta)) != 4 {
+			t.Errorf("listing must put everything back")
+		}
+		shown, err := dl.Show(ctx, "beta", b)
+		if err != nil || shown.ID != b {
+			t.Errorf("Show: %+v, %v", shown, err)
+		}
+		if _, err := dl.Show(ctx, "beta", "nope"); !errors.Is(err, queuey.ErrNotFound) {
+			t.Errorf("Show of a missing id: %v", err)
+		}
+
+		fatal = false
+		var progress []int
+		n, err := dl.Replay(ctx, "beta", queuey.ReplayOptions{Select: queuey.ByID(a, c), Progress: func(done, total int) {
+			progress = append(progress, done)
+		}})
+		if err != nil || n != 2 {
+			t.Fatalf("replay: %d, %v", n, err)
+		}
+		h.Advance(time.Second)
+		wantShapes(t, h.Log.Of(a), shape{1, 0, 0}, shape{1, 0, 0})
+		wantShapes(t, h.Log.Of(c), shape{1, 0, 0}, shape{1, 0, 0})
+		if len(progress) != 2 || progress[1] != 2 {
+			t.Errorf("progress: %v", progress)
+		}
+		left := h.Backend.DeadLetters(qBeta)
+		if len(left) != 2 || left[0].ID != b {
+			t.Errorf("left in the dead letters: %+v, want b and the malformed one", left)
+		}
+
+		n, err = dl.Replay(ctx, "beta", queuey.ReplayOptions{Select: queuey.All(), After: 30 * time.Second})
+		if err != nil || n != 1 {
+			t.Fatalf("deferred replay: %d, %v", n, err)
+		}
+		if h.Backend.Held(qBeta) != 1 {
+			t.Errorf("the deferred replay is not held")
+		}
+		h.Advance(30 * time.Second)
+		wantShapes(t, h.Log.Of(b), shape{1, 0, 0}, shape{1, 0, 10})
+		if left := h.Backend.DeadLetters(qBeta); len(left) != 1 || string(left[0].Body) != "not json" {
+			t.Errorf("left: %+v, want only the malformed body", left)
+		}
+	})
+}
+
+// failingPublish refuses every publish to a work queue.
+type failingPublish struct{ *memory.Backend }
+
+func (f failingPublish) Publish(ctx context.Context, m broker.Message) error {
+	return errors.New("broker said no")
+}
+
+func TestAReplayThatCannotPublishLosesNothing(t *testing.T) {
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		ctx := t.Context()
+		handleAll(t, h.Worker, h.Clock)
+		mustID(t)(h.Producer.Enqueue(ctx, betaJob{plan{Fatal: true}}))
+		h.Advance(time.Second)
+		dl, err := queuey.NewDeadLetters(ctx, failingPublish{h.Backend}, app, nil)
+		must(t, err)
+		if n, err := dl.Replay(ctx, "beta", queuey.ReplayOptions{Select: queuey.All()}); err == nil || n != 0 {
+			t.Errorf("replay: %d, %v; want an error", n, err)
+		}
+		if got := len(h.Backend.DeadLetters(qBeta)); got != 1 {
+			t.Errorf("dead letters after the failed replay: %d, want 1", got)
+		}
+	})
+}
