@@ -107,7 +107,12 @@ type Outcome struct {
 	TimedOut, Panicked bool
 	// PausedUntil is when the queue resumes, after a PauseQueue.
 	PausedUntil time.Time
-	// HandlerDuration is how long the handler ran (0 when it did not).
+	// Cause says why, for DeadLettered.
+	Cause DeadLetterCause
+	// Ran reports that the handler ran (HandlerDuration may be 0 on a
+	// mock clock).
+	Ran bool
+	// HandlerDuration is how long the handler ran.
 	HandlerDuration time.Duration
 	// SettleErr is set when the broker could not be told the outcome; the
 	// delivery then comes back (Result is Requeued).

@@ -75,9 +75,9 @@ func TestHooksFollowAJobThroughADeferralAndARetry(t *testing.T) {
 			t.Errorf("publishes (-want +got):\n%s", diff)
 		}
 		wantOut := []queuey.Outcome{
-			{Result: queuey.Deferred, Delay: 30 * time.Second, Reason: "rate limited"},
-			{Result: queuey.Retried, Delay: time.Second, NextAttempt: 2},
-			{Result: queuey.Succeeded},
+			{Result: queuey.Deferred, Delay: 30 * time.Second, Reason: "rate limited", Ran: true},
+			{Result: queuey.Retried, Delay: time.Second, NextAttempt: 2, Ran: true},
+			{Result: queuey.Succeeded, Ran: true},
 		}
 		if diff := cmp.Diff(wantOut, hl.outcomes, cmpopts.IgnoreFields(queuey.Outcome{}, "Err", "HandlerDuration")); diff != "" {
 			t.Errorf("outcomes (-want +got):\n%s", diff)

@@ -246,6 +246,7 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 		log := jobLog{l: w.log, queue: q.broker}
 		log.Error("message body is not a valid envelope; dead-lettering it verbatim", "error", decodeErr)
 		msg.Queue = q.broker
+		msg.Headers = maps.Clone(msg.Headers) // the delivery's own are read-only
 		return w.deadLetter(ctx, log, d, msg, CauseMalformed, "malformed envelope: "+decodeErr.Error(), decodeErr, jc)
 	}
 	env.Queue = q.broker // republish where it came from, whatever the body says
@@ -284,7 +285,7 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 		// Cancelled by a shutdown that ran out of time: not the job's fault.
 		log.Warn("job interrupted by shutdown; returning it to the queue", "error", err)
 		requeue(d, log)
-		return Outcome{Result: Requeued, Err: err, HandlerDuration: ran}
+		return Outcome{Result: Requeued, Err: err, Ran: true, HandlerDuration: ran}
 	}
 
 	var out Outcome
@@ -342,7 +343,7 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 	if out.Err == nil && out.Result != Succeeded && out.Result != Deferred {
 		out.Err = err
 	}
-	out.HandlerDuration = ran
+	out.Ran, out.HandlerDuration = true, ran
 	return out
 }
 
@@ -472,7 +473,7 @@ func (w *Worker) deadLetter(ctx context.Context, log jobLog, d broker.Delivery, 
 	done := w.hooks.publishing(ctx, w.backend.Name(), OpDeadLetter, &msg, 0, reason)
 	err := w.backend.DeadLetter(ctx, broker.DeadLetter{Message: msg, Reason: reason})
 	done(err)
-	return w.republished(log, d, "dead letter", err, Outcome{Result: DeadLettered, Reason: reason, Err: cause})
+	return w.republished(log, d, "dead letter", err, Outcome{Result: DeadLettered, Cause: why, Reason: reason, Err: cause})
 }
 
 func (w *Worker) settleFailed(log jobLog, op string, err error) {
