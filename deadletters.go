@@ -62,8 +62,9 @@ type ReplayOptions struct {
 	// After, when positive, replays into a hold queue: the jobs come back
 	// after that wait, at the queue's top priority (as Producer.Defer).
 	After time.Duration
-	// Progress, when set, is called after each dead letter is handled,
-	// with how many were replayed so far and how many there were.
+	// Progress, when set, is called after each dead letter is replayed,
+	// with how many were replayed so far and how many the dead-letter
+	// queue held when the replay began (selected or not).
 	Progress func(replayed, total int)
 }
 
@@ -85,7 +86,7 @@ func ByKind(kind string) func(DeadLetter) bool {
 func All() func(DeadLetter) bool { return func(DeadLetter) bool { return true } }
 
 // List returns the dead letters of the queue named name (Queue.Name),
-// oldest first. Reading them takes them off the dead-letter queue for a
+// oldest first, up to 65,535 of them. Reading them takes them off the dead-letter queue for a
 // moment; they all go back, in order, before List returns.
 func (dl *DeadLetters) List(ctx context.Context, name string) ([]DeadLetter, error) {
 	var out []DeadLetter
@@ -185,20 +186,30 @@ func (dl *DeadLetters) walk(ctx context.Context, name string, f func(DeadLetter,
 	defer c.Cancel() // what was not settled goes back, in order
 	now := dl.clock.Now()
 	for range min(n, 65535) {
+		// Another reader may have taken some: give up waiting after a
+		// quiet spell rather than at ctx's end.
+		idle := dl.clock.Timer(walkIdle)
 		select {
 		case del, ok := <-c.Deliveries():
+			idle.Stop()
 			if !ok {
 				return fmt.Errorf("reading the dead letters of %q: %w", name, c.Err())
 			}
 			if _, err := f(readDeadLetter(del.Message(), now), del); err != nil {
 				return err
 			}
+		case <-idle.C:
+			return nil
 		case <-ctx.Done():
+			idle.Stop()
 			return ctx.Err()
 		}
 	}
 	return nil
 }
+
+// walkIdle is how long walk waits for the next dead letter it was told of.
+const walkIdle = 5 * time.Second
 
 func readDeadLetter(m broker.Message, now time.Time) DeadLetter {
 	d := DeadLetter{Reason: m.Headers[broker.HeaderDeathReason], Body: m.Body, Headers: m.Headers}

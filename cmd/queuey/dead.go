@@ -1,0 +1,465 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/queuey-go/queuey"
+	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/broker/rabbitmq"
+)
+
+// target is what every dead-letter command is about: a broker and one
+// queue of a queue set.
+type target struct {
+	url         string
+	prefix      string
+	queue       string
+	maxPriority int
+}
+
+func (t *target) register(fs *flag.FlagSet) {
+	// -url has no default value: -h would print it, and a URL from the
+	// environment may carry a real password.
+	fs.StringVar(&t.url, "url", "", "AMQP URL of the broker (default $QUEUEY_AMQP_URL, else the local broker at 127.0.0.1:5672 as guest)")
+	fs.StringVar(&t.prefix, "prefix", "", "the queue set's prefix: the queue is <prefix>.<queue>")
+	fs.StringVar(&t.queue, "queue", "", "the queue's name within its set (required)")
+	fs.IntVar(&t.maxPriority, "max-priority", 0, "the queue's max priority: 0 for the library default (10), -1 for none, else 1..255; it must match the queue's x-max-priority")
+}
+
+// check reports a usage error, and fills in the URL.
+func (t *target) check() error {
+	if t.queue == "" {
+		return errors.New("-queue is required")
+	}
+	if t.maxPriority < queuey.NoPriorities || t.maxPriority > 255 {
+		return fmt.Errorf("-max-priority %d is outside -1..255", t.maxPriority)
+	}
+	if err := broker.ValidateQueueName(t.brokerName()); err != nil {
+		return fmt.Errorf("-prefix and -queue: %w", err)
+	}
+	t.url = cmp.Or(t.url, os.Getenv("QUEUEY_AMQP_URL"), defaultURL)
+	return nil
+}
+
+// brokerName is the work queue's name on the broker.
+func (t *target) brokerName() string { return broker.QueueName(t.prefix, t.queue) }
+
+// open connects and returns the queue's dead-letter tool and the backend
+// to close. A queue that does not exist is an error: an inspection must
+// not create queues (a typo in -queue would leave a pair behind).
+func (t *target) open(ctx context.Context, stderr io.Writer) (*queuey.DeadLetters, io.Closer, error) {
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	backend, err := rabbitmq.Dial(ctx, t.url, &rabbitmq.Options{ConnectionName: "queuey cli", Logger: logger})
+	if err != nil {
+		return nil, nil, err // says why (refused credentials, no broker) without the password
+	}
+	if _, err := backend.Depth(ctx, t.brokerName()); err != nil {
+		backend.Close()
+		if errors.Is(err, broker.ErrNoQueue) {
+			return nil, nil, fmt.Errorf("there is no queue %q on %s (check -prefix and -queue); nothing was created",
+				t.brokerName(), rabbitmq.Redact(t.url))
+		}
+		return nil, nil, err
+	}
+	set := queuey.QueueSet{Prefix: t.prefix, Queues: []queuey.Queue{{Name: t.queue, MaxPriority: t.maxPriority}}}
+	dl, err := queuey.NewDeadLetters(ctx, backend, set, &queuey.ProducerConfig{Logger: logger})
+	if err != nil {
+		backend.Close()
+		if errors.Is(err, broker.ErrPreconditionFailed) {
+			err = fmt.Errorf("%w\nhint: give the queue's x-max-priority with -max-priority (-1 for a queue without priorities)", err)
+		}
+		return nil, nil, err
+	}
+	return dl, backend, nil
+}
+
+// command is one subcommand's flag set and usage.
+type command struct {
+	fs       *flag.FlagSet
+	synopsis string
+	stdout   io.Writer
+	stderr   io.Writer
+}
+
+func newCommand(name, synopsis string, stdout, stderr io.Writer) *command {
+	fs := flag.NewFlagSet("queuey dead "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr) // where flag reports a bad flag
+	fs.Usage = func() {} // printed by parse, to stdout for -h
+	return &command{fs: fs, synopsis: synopsis, stdout: stdout, stderr: stderr}
+}
+
+func (c *command) printUsage(w io.Writer) {
+	fmt.Fprintf(w, "usage: %s\n\nflags:\n", c.synopsis)
+	c.fs.SetOutput(w)
+	c.fs.PrintDefaults()
+	c.fs.SetOutput(c.stderr)
+}
+
+// parse parses args; when it returns false, the command ends with status.
+func (c *command) parse(args []string) (status int, ok bool) {
+	err := c.fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		c.printUsage(c.stdout)
+		return exitOK, false
+	case err != nil: // flag has said what was wrong
+		c.printUsage(c.stderr)
+		return exitUsage, false
+	case c.fs.NArg() > 0:
+		return c.usageError(fmt.Errorf("unexpected argument %q", c.fs.Arg(0))), false
+	}
+	return exitOK, true
+}
+
+func (c *command) usageError(err error) int {
+	fmt.Fprintf(c.stderr, "%s: %v\n", c.fs.Name(), err)
+	c.printUsage(c.stderr)
+	return exitUsage
+}
+
+func (c *command) fail(err error) int {
+	fmt.Fprintf(c.stderr, "%s: %v\n", c.fs.Name(), err)
+	return exitError
+}
+
+func deadList(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := newCommand("list", "queuey dead list -queue NAME [-prefix P] [-max-priority N] [-url URL] [-json]", stdout, stderr)
+	var t target
+	t.register(c.fs)
+	asJSON := c.fs.Bool("json", false, "print one JSON object per dead letter, one a line")
+	if status, ok := c.parse(args); !ok {
+		return status
+	}
+	if err := t.check(); err != nil {
+		return c.usageError(err)
+	}
+
+	dl, backend, err := t.open(ctx, stderr)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer backend.Close()
+	list, err := dl.List(ctx, t.queue)
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetEscapeHTML(false)
+		for _, d := range list {
+			if err := enc.Encode(jsonOf(d)); err != nil {
+				return c.fail(err)
+			}
+		}
+		return exitOK
+	}
+	dead := broker.DeadQueueName(t.brokerName())
+	if len(list) == 0 {
+		fmt.Fprintf(stdout, "no dead letters in %s\n", dead)
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tKIND\tREASON\tATTEMPTS\tAGE")
+	for _, d := range list {
+		id, kind, age := d.ID, d.Kind, formatAge(d.Age)
+		if d.Malformed {
+			id, kind, age = "-", "(malformed)", "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", id, kind, truncate(d.Reason, reasonWidth), d.Attempts, age)
+	}
+	if err := tw.Flush(); err != nil {
+		return c.fail(err)
+	}
+	fmt.Fprintf(stdout, "%s in %s\n", count(len(list)), dead)
+	return exitOK
+}
+
+// jsonDeadLetter is a line of list -json.
+type jsonDeadLetter struct {
+	ID            string            `json:"id,omitempty"`
+	Kind          string            `json:"kind,omitempty"`
+	Reason        string            `json:"reason"`
+	Attempts      int               `json:"attempts"`
+	EnqueuedAt    time.Time         `json:"enqueued_at,omitzero"`
+	AgeMs         int64             `json:"age_ms"`
+	CorrelationID string            `json:"correlation_id,omitempty"`
+	Payload       json.RawMessage   `json:"payload,omitempty"`
+	Headers       map[string]string `json:"headers,omitempty"`
+	Malformed     bool              `json:"malformed,omitempty"`
+	Body          string            `json:"body,omitempty"` // only for a malformed one
+}
+
+func jsonOf(d queuey.DeadLetter) jsonDeadLetter {
+	j := jsonDeadLetter{
+		ID: d.ID, Kind: d.Kind, Reason: d.Reason, Attempts: d.Attempts,
+		EnqueuedAt: d.EnqueuedAt.UTC(), AgeMs: d.Age.Milliseconds(),
+		CorrelationID: d.CorrelationID, Payload: d.Payload, Headers: d.Headers, Malformed: d.Malformed,
+	}
+	if d.Malformed {
+		j.EnqueuedAt, j.Body = time.Time{}, string(d.Body)
+	}
+	return j
+}
+
+func deadShow(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := newCommand("show", "queuey dead show -queue NAME -id JOBID [-prefix P] [-max-priority N] [-url URL]", stdout, stderr)
+	var t target
+	t.register(c.fs)
+	id := c.fs.String("id", "", "the job id of the dead letter to show (required)")
+	if status, ok := c.parse(args); !ok {
+		return status
+	}
+	if err := t.check(); err != nil {
+		return c.usageError(err)
+	}
+	if *id == "" {
+		return c.usageError(errors.New("-id is required"))
+	}
+
+	dl, backend, err := t.open(ctx, stderr)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer backend.Close()
+	d, err := dl.Show(ctx, t.queue, *id)
+	if err != nil {
+		return c.fail(err)
+	}
+	fmt.Fprintf(stdout, "id:          %s\n", d.ID)
+	fmt.Fprintf(stdout, "kind:        %s\n", d.Kind)
+	fmt.Fprintf(stdout, "queue:       %s (dead letters in %s)\n", t.brokerName(), broker.DeadQueueName(t.brokerName()))
+	fmt.Fprintf(stdout, "reason:      %s\n", d.Reason)
+	fmt.Fprintf(stdout, "attempts:    %d\n", d.Attempts)
+	fmt.Fprintf(stdout, "enqueued at: %s (%s ago)\n", d.EnqueuedAt.UTC().Format(time.RFC3339Nano), formatAge(d.Age))
+	if d.CorrelationID != "" {
+		fmt.Fprintf(stdout, "correlation: %s\n", d.CorrelationID)
+	}
+	fmt.Fprintln(stdout, "headers:")
+	for _, k := range slices.Sorted(maps.Keys(d.Headers)) {
+		fmt.Fprintf(stdout, "  %s: %s\n", k, d.Headers[k])
+	}
+	fmt.Fprintln(stdout, "payload:")
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, d.Payload, "  ", "  "); err != nil {
+		pretty.Reset()
+		pretty.Write(d.Payload) // not JSON after all: as it is
+	}
+	fmt.Fprintf(stdout, "  %s\n", pretty.Bytes())
+	return exitOK
+}
+
+func deadReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c := newCommand("replay",
+		"queuey dead replay -queue NAME (-id ID[,ID...] | -kind KIND | -all) [-after 30s] [-yes] [-prefix P] [-max-priority N] [-url URL]",
+		stdout, stderr)
+	var t target
+	t.register(c.fs)
+	ids := c.fs.String("id", "", "replay the dead letters of these job ids, comma-separated")
+	kind := c.fs.String("kind", "", "replay the dead letters of this job kind")
+	all := c.fs.Bool("all", false, "replay every dead letter that can be (a malformed body cannot)")
+	after := c.fs.Duration("after", 0, "hold the replayed jobs this long, then run them ahead of the backlog (default: at once, behind it)")
+	yes := c.fs.Bool("yes", false, "replay without asking")
+	if status, ok := c.parse(args); !ok {
+		return status
+	}
+	if err := t.check(); err != nil {
+		return c.usageError(err)
+	}
+	sel, what, wantIDs, err := selection(*ids, *kind, *all)
+	if err != nil {
+		return c.usageError(err)
+	}
+	if *after < 0 {
+		return c.usageError(fmt.Errorf("-after %v is negative", *after))
+	}
+
+	dl, backend, err := t.open(ctx, stderr)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer backend.Close()
+	dead := broker.DeadQueueName(t.brokerName())
+
+	// Count first, for the question and the progress; the replay then takes
+	// only what was counted (and asked about), not what arrived since.
+	list, err := dl.List(ctx, t.queue)
+	if err != nil {
+		return c.fail(err)
+	}
+	counted := map[string]bool{}
+	n := 0
+	for _, d := range list {
+		if !d.Malformed && sel(d) {
+			counted[d.ID] = true
+			n++
+		}
+	}
+	var missing []string
+	for _, id := range wantIDs {
+		if !counted[id] {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		return c.fail(fmt.Errorf("%w: no dead letter with job id %s in %s; nothing was replayed",
+			queuey.ErrNotFound, strings.Join(missing, ", "), dead))
+	}
+	if n == 0 {
+		fmt.Fprintf(stdout, "no dead letters in %s match %s: nothing to replay\n", dead, what)
+		return exitOK
+	}
+	if !*yes {
+		fmt.Fprintf(stderr, "%s of the %d in %s match %s.\n", count(n), len(list), dead, what)
+		answer, err := ask(ctx, stdin, stderr, fmt.Sprintf("replay %s? [y/N] ", count(n)))
+		if err != nil {
+			return c.fail(fmt.Errorf("no answer (%w); pass -yes to replay without asking. Nothing was replayed", err))
+		}
+		if a := strings.ToLower(answer); a != "y" && a != "yes" {
+			fmt.Fprintln(stdout, "nothing was replayed")
+			return exitOK
+		}
+	}
+
+	report := func(k int) { fmt.Fprintf(stderr, "replayed %d/%d\n", k, max(n, k)) }
+	k, err := dl.Replay(ctx, t.queue, queuey.ReplayOptions{
+		Select: func(d queuey.DeadLetter) bool { return counted[d.ID] && sel(d) },
+		After:  *after,
+		// The total Replay passes counts the whole dead-letter queue, not
+		// the selection: n is the number that means something here.
+		Progress: func(k, _ int) {
+			if k%100 == 0 {
+				report(k)
+			}
+		},
+	})
+	if k == 0 || k%100 != 0 {
+		report(k)
+	}
+	if err != nil {
+		return c.fail(fmt.Errorf("%w (replayed %d of %d before it; the others are still in %s)", err, k, n, dead))
+	}
+	if k < n {
+		fmt.Fprintf(stderr, "%d of the %d were no longer in %s (replayed or removed by someone else)\n", n-k, n, dead)
+	}
+	if *after > 0 {
+		fmt.Fprintf(stdout, "replayed %s to %s: they run after %v, ahead of the backlog\n", count(k), t.brokerName(), *after)
+	} else {
+		fmt.Fprintf(stdout, "replayed %s to %s\n", count(k), t.brokerName())
+	}
+	return exitOK
+}
+
+// selection turns the selector flags, exactly one of which must be set,
+// into a selector, its description and the job ids asked for by -id.
+func selection(ids, kind string, all bool) (func(queuey.DeadLetter) bool, string, []string, error) {
+	set := 0
+	for _, on := range []bool{ids != "", kind != "", all} {
+		if on {
+			set++
+		}
+	}
+	if set != 1 {
+		return nil, "", nil, errors.New("give exactly one of -id, -kind and -all")
+	}
+	switch {
+	case ids != "":
+		var list []string
+		for id := range strings.SplitSeq(ids, ",") {
+			if id = strings.TrimSpace(id); id != "" && !slices.Contains(list, id) {
+				list = append(list, id)
+			}
+		}
+		if len(list) == 0 {
+			return nil, "", nil, fmt.Errorf("-id %q names no job id", ids)
+		}
+		return queuey.ByID(list...), "job id " + strings.Join(list, ", "), list, nil
+	case kind != "":
+		return queuey.ByKind(kind), fmt.Sprintf("kind %q", kind), nil, nil
+	default:
+		return queuey.All(), "-all", nil, nil
+	}
+}
+
+// ask writes prompt and reads one line from stdin. The read runs on a
+// goroutine of its own so that an interrupt (ctx) is not stuck behind it;
+// it ends when the read does.
+func ask(ctx context.Context, stdin io.Reader, stderr io.Writer, prompt string) (string, error) {
+	fmt.Fprint(stderr, prompt)
+	type answer struct {
+		line string
+		err  error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		line, err := bufio.NewReader(stdin).ReadString('\n')
+		if err == io.EOF && line != "" {
+			err = nil // a last line without its newline
+		}
+		got <- answer{strings.TrimSpace(line), err}
+	}()
+	select {
+	case a := <-got:
+		if a.err == io.EOF {
+			a.err = errors.New("stdin ended")
+		}
+		return a.line, a.err
+	case <-ctx.Done():
+		fmt.Fprintln(stderr)
+		return "", ctx.Err()
+	}
+}
+
+// reasonWidth is where list cuts a reason short.
+const reasonWidth = 60
+
+// truncate puts s on one line and cuts it to width runes, with an ellipsis.
+func truncate(s string, width int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) <= width {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:width-1]) + "…"
+}
+
+// formatAge rounds d to the two largest units that matter: 42s, 5m03s,
+// 3h07m, 12d04h.
+func formatAge(d time.Duration) string {
+	d = max(d, 0).Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d/time.Minute), int(d%time.Minute/time.Second))
+	case d < 24*time.Hour:
+		d = d.Round(time.Minute)
+		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	default:
+		d = d.Round(time.Hour)
+		return fmt.Sprintf("%dd%02dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
+	}
+}
+
+// count reads "1 dead letter", "3 dead letters".
+func count(n int) string {
+	if n == 1 {
+		return "1 dead letter"
+	}
+	return fmt.Sprintf("%d dead letters", n)
+}

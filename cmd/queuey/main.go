@@ -1,0 +1,98 @@
+// Command queuey inspects and replays the dead letters of a queuey queue on
+// RabbitMQ.
+//
+//	queuey dead list   -queue NAME [-prefix P] [-max-priority N] [-json]
+//	queuey dead show   -queue NAME [-prefix P] [-max-priority N] -id JOBID
+//	queuey dead replay -queue NAME [-prefix P] [-max-priority N] (-id ID[,ID...] | -kind KIND | -all) [-after 30s] [-yes]
+//
+// Every subcommand also takes -url; the broker is -url, else
+// $QUEUEY_AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/. Its password is
+// never printed.
+//
+// The queue is <prefix>.<name>, its dead letters <prefix>.<name>.dead. A
+// queue that does not exist is an error, and is not created. One that
+// exists is declared as -max-priority says (0, the default, means the
+// library's default of 10; -1 a queue without priorities), because a
+// replay publishes into it; a queue declared otherwise is refused with
+// PRECONDITION_FAILED, and nothing is changed.
+//
+// Listing (and showing) takes the dead letters off their queue for a
+// moment and puts them all back, in order. A replay republishes the
+// selected ones with their attempts reset to 1, now or after -after, and
+// removes each from the dead letters once its republish is confirmed.
+// Unless -yes is given it first says how many it would replay and asks.
+//
+// Exit status: 0 done, 1 a runtime error (the broker, a refused
+// declaration, a job id that is not there), 2 a usage error.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const defaultURL = "amqp://guest:guest@127.0.0.1:5672/"
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const topUsage = `usage: queuey dead <list|show|replay> [flags]
+
+  queuey dead list   -queue NAME [-prefix P] [-max-priority N] [-json]
+  queuey dead show   -queue NAME [-prefix P] [-max-priority N] -id JOBID
+  queuey dead replay -queue NAME [-prefix P] [-max-priority N] (-id ID[,ID...] | -kind KIND | -all) [-after 30s] [-yes]
+
+Run "queuey dead <command> -h" for a command's flags.
+`
+
+// run is the whole command: it parses args (without the program name),
+// talks to the broker, reads answers from stdin and returns the exit status.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, topUsage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, topUsage)
+		return exitOK
+	case "dead":
+	default:
+		fmt.Fprintf(stderr, "queuey: unknown command %q\n\n%s", args[0], topUsage)
+		return exitUsage
+	}
+	if len(args) < 2 {
+		fmt.Fprint(stderr, topUsage)
+		return exitUsage
+	}
+	sub, rest := args[1], args[2:]
+	switch sub {
+	case "list":
+		return deadList(ctx, rest, stdout, stderr)
+	case "show":
+		return deadShow(ctx, rest, stdout, stderr)
+	case "replay":
+		return deadReplay(ctx, rest, stdin, stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, topUsage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "queuey dead: unknown command %q\n\n%s", sub, topUsage)
+		return exitUsage
+	}
+}
