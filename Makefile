@@ -2,7 +2,7 @@
 GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test demo lint fmt cover
+.PHONY: test demo lint fmt cover bench
 
 ## test: the whole suite with the race detector (what CI runs)
 test:
@@ -28,3 +28,14 @@ fmt:
 ## cover: test coverage per package
 cover:
 	$(GO) test -count=1 -cover ./...
+
+## bench: queuey against raw amqp091-go (RabbitMQ on 127.0.0.1:5672) and the
+## memory backend against a bare channel pool, one table with ratios and
+## goals; then the peers (machinery on RabbitMQ, asynq on Redis 127.0.0.1:6379).
+## BENCH_FLAGS go to ./bench (see go run ./bench -h: -scenarios 1,2,...,
+## -n, -count, -cpuprofile ...), PEERS_FLAGS to bench/peers (-n, -count, -systems).
+BENCH_FLAGS ?= -count 3
+PEERS_FLAGS ?= -count 3
+bench:
+	$(GO) run ./bench $(BENCH_FLAGS)
+	cd bench/peers && GOFLAGS=-mod=mod $(GO) run . $(PEERS_FLAGS)

@@ -1,0 +1,177 @@
+// Command peers runs the same trivial job through queuey (RabbitMQ),
+// machinery (RabbitMQ) and asynq (Redis), in one run, and prints jobs/s
+// side by side:
+//
+//	cd bench/peers && go run . -n 20000 -count 3
+//
+// Every system gets the same load: n jobs with a ~256-byte payload,
+// enqueued by -publishers concurrent callers (each enqueue returns once the
+// broker has taken the job: a publisher confirm on RabbitMQ, a Redis reply
+// for asynq), while a worker with -concurrency handlers and a trivial
+// handler runs them. jobs/s is n over first enqueue to last handled.
+// It lives in a module of its own so the library's go.mod stays free of
+// the peers' dependencies.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+)
+
+type benchConfig struct {
+	amqpURL     string
+	redisAddr   string
+	n           int
+	publishers  int
+	concurrency int
+}
+
+type system struct {
+	name string
+	note string
+	run  func(benchConfig) (float64, error)
+}
+
+func main() {
+	var cfg benchConfig
+	var count int
+	var only string
+	flag.StringVar(&cfg.amqpURL, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL (queuey, machinery)")
+	flag.StringVar(&cfg.redisAddr, "redis", "127.0.0.1:6379", "Redis address (asynq)")
+	flag.IntVar(&cfg.n, "n", 20000, "jobs per run")
+	flag.IntVar(&cfg.publishers, "publishers", 32, "concurrent enqueuing goroutines")
+	flag.IntVar(&cfg.concurrency, "concurrency", 10, "handlers at once (and prefetch on RabbitMQ)")
+	flag.IntVar(&count, "count", 1, "runs per system; the figure is the median")
+	flag.StringVar(&only, "systems", "queuey,machinery,asynq", "comma-separated systems to run")
+	flag.Parse()
+
+	systems := []system{
+		{"queuey", "RabbitMQ, confirms, persistent, manual acks", runQueuey},
+		{"machinery v2", "RabbitMQ, confirms, persistent, acks after the task", runMachinery},
+		{"asynq", "Redis", runAsynq},
+	}
+	fmt.Printf("peers: %s, GOMAXPROCS %d, n %d, %d publishers, concurrency %d, count %d\n",
+		runtime.Version(), runtime.GOMAXPROCS(0), cfg.n, cfg.publishers, cfg.concurrency, count)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintln(tw, "| system \t jobs/s (median) \t runs \t vs queuey \t transport \t")
+	fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t")
+	var queueyRate float64
+	failed := false
+	for _, s := range systems {
+		if !strings.Contains(only, strings.Fields(s.name)[0]) {
+			continue
+		}
+		var rates []float64
+		var err error
+		for range max(count, 1) {
+			var r float64
+			fmt.Fprintf(os.Stderr, "%s ...\n", s.name)
+			if r, err = s.run(cfg); err != nil {
+				break
+			}
+			rates = append(rates, r)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", s.name, err)
+			fmt.Fprintf(tw, "| %s \t failed: %v \t - \t - \t %s \t\n", s.name, err, s.note)
+			failed = true
+			continue
+		}
+		m := median(rates)
+		if s.name == "queuey" {
+			queueyRate = m
+		}
+		vs := "-"
+		if queueyRate > 0 {
+			vs = fmt.Sprintf("%.2f", m/queueyRate)
+		}
+		fmt.Fprintf(tw, "| %s \t %.0f \t %s \t %s \t %s \t\n", s.name, m, runsString(rates), vs, s.note)
+	}
+	_ = tw.Flush()
+	if failed {
+		os.Exit(1)
+	}
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func runsString(v []float64) string {
+	parts := make([]string, len(v))
+	for i, r := range v {
+		parts[i] = fmt.Sprintf("%.0f", r)
+	}
+	return strings.Join(parts, " ")
+}
+
+// pad is the job's payload filler: about 256 bytes of body on the wire
+// with each system's own wrapping around it.
+var pad = strings.Repeat("x", 200)
+
+func unique(name string) string {
+	return fmt.Sprintf("qbench.peer.%s.%d", name, time.Now().UnixNano())
+}
+
+// counter closes done when the want-th job has been handled.
+type counter struct {
+	n    atomic.Int64
+	want int64
+	last atomic.Int64
+	done chan struct{}
+}
+
+func newCounter(want int) *counter { return &counter{want: int64(want), done: make(chan struct{})} }
+
+func (c *counter) hit() {
+	c.last.Store(time.Now().UnixNano())
+	if c.n.Add(1) == c.want {
+		close(c.done)
+	}
+}
+
+func (c *counter) wait(timeout time.Duration) error {
+	select {
+	case <-c.done:
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("only %d of %d jobs handled after %v", c.n.Load(), c.want, timeout)
+	}
+}
+
+func (c *counter) rate(start time.Time) float64 {
+	return float64(c.want) / time.Duration(c.last.Load()-start.UnixNano()).Seconds()
+}
+
+// enqueueAll calls enqueue n times from publishers goroutines.
+func enqueueAll(publishers, n int, enqueue func() error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, publishers)
+	for range publishers {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				if err := enqueue(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}

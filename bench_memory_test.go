@@ -1,0 +1,262 @@
+package queuey_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/queuey-go/queuey"
+	"github.com/queuey-go/queuey/broker/memory"
+)
+
+// Benchmarks of the memory backend end to end (scenarios 5 and 7 of
+// BENCHMARKS.md):
+//
+//	go test -run '^$' -bench 'Memory|BareChannel' -benchmem -count 3 .
+
+// benchMemJob is a trivial job; Q spreads it over queues q0..qN (the zero
+// value is q0, so a handler can be registered for it).
+type benchMemJob struct {
+	N int    `json:"n"`
+	Q string `json:"q,omitempty"`
+}
+
+func (benchMemJob) Kind() string { return "bench_mem" }
+func (j benchMemJob) Queue() queuey.Queue {
+	if j.Q == "" {
+		return queuey.Queue{Name: "q0"}
+	}
+	return queuey.Queue{Name: j.Q}
+}
+
+const benchMemProducers = 2 // enqueuing goroutines; the machine has 2 cores
+
+func benchQueues(n int) []queuey.Queue {
+	qs := make([]queuey.Queue, n)
+	for i := range qs {
+		qs[i] = queuey.Queue{Name: fmt.Sprintf("q%d", i)}
+	}
+	return qs
+}
+
+// runMemEndToEnd enqueues b.N jobs from benchMemProducers goroutines, spread
+// round-robin over set's queues, while a worker runs them; the clock stops
+// when the last has run.
+func runMemEndToEnd(b *testing.B, be *memory.Backend, set queuey.QueueSet, wcfg queuey.WorkerConfig) {
+	b.Helper()
+	ctx := context.Background()
+	discard := slog.New(slog.DiscardHandler)
+	wcfg.Logger = discard
+	producer, err := queuey.NewProducer(ctx, be, set, &queuey.ProducerConfig{Logger: discard, Clock: wcfg.Clock})
+	if err != nil {
+		b.Fatal(err)
+	}
+	worker, err := queuey.NewWorker(be, set, &wcfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var handled, target atomic.Int64
+	target.Store(1) // the warm-up job
+	done := make(chan struct{}, 1)
+	if err := queuey.Handle(worker, func(context.Context, benchMemJob, queuey.JobContext) error {
+		if handled.Add(1) == target.Load() {
+			done <- struct{}{}
+		}
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- worker.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-ran; err != nil {
+			b.Error(err)
+		}
+	}()
+	if _, err := producer.Enqueue(ctx, benchMemJob{}); err != nil {
+		b.Fatal(err)
+	}
+	<-done
+	names := make([]string, len(set.Queues))
+	for i, q := range set.Queues {
+		names[i] = q.Name
+	}
+	target.Store(int64(b.N) + 1)
+
+	b.ReportAllocs()
+	b.ResetTimer()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range benchMemProducers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
+				}
+				q := ""
+				if len(names) > 1 {
+					q = names[i%int64(len(names))]
+				}
+				if _, err := producer.Enqueue(ctx, benchMemJob{N: int(i), Q: q}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	<-done
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+}
+
+// BenchmarkMemoryEndToEnd: producer, memory backend, worker (prefetch 16,
+// concurrency 1, 2, 8) and a trivial handler. Goal: 1,000,000 jobs/s.
+func BenchmarkMemoryEndToEnd(b *testing.B) {
+	for _, c := range []int{1, 2, 8} {
+		b.Run(fmt.Sprintf("concurrency=%d", c), func(b *testing.B) {
+			set := queuey.QueueSet{Queues: []queuey.Queue{{Name: "q0", Prefetch: queuey.DefaultPrefetch}}}
+			runMemEndToEnd(b, memory.New(nil), set, queuey.WorkerConfig{Concurrency: c})
+		})
+	}
+}
+
+// BenchmarkBareChannelPool is the baseline of BenchmarkMemoryEndToEnd: the
+// same job values sent on a channel (buffered like the prefetch) to a pool
+// of goroutines running a trivial handler.
+func BenchmarkBareChannelPool(b *testing.B) {
+	for _, c := range []int{1, 2, 8} {
+		b.Run(fmt.Sprintf("concurrency=%d", c), func(b *testing.B) {
+			ch := make(chan benchMemJob, queuey.DefaultPrefetch)
+			var sink atomic.Int64
+			handler := func(_ context.Context, j benchMemJob) error {
+				sink.Add(int64(j.N & 1))
+				return nil
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			var workers sync.WaitGroup
+			for range c {
+				workers.Go(func() {
+					for j := range ch {
+						_ = handler(context.Background(), j)
+					}
+				})
+			}
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			for range benchMemProducers {
+				wg.Go(func() {
+					for {
+						i := next.Add(1) - 1
+						if i >= int64(b.N) {
+							return
+						}
+						ch <- benchMemJob{N: int(i)}
+					}
+				})
+			}
+			wg.Wait()
+			close(ch)
+			workers.Wait()
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+		})
+	}
+}
+
+// BenchmarkMemoryQueues: end to end as the queue actors grow (jobs spread
+// round-robin, concurrency 8).
+func BenchmarkMemoryQueues(b *testing.B) {
+	for _, n := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("queues=%d", n), func(b *testing.B) {
+			set := queuey.QueueSet{Queues: benchQueues(n)}
+			runMemEndToEnd(b, memory.New(nil), set, queuey.WorkerConfig{Concurrency: 8})
+		})
+	}
+}
+
+// heldBackend returns a backend on a mock clock holding n jobs deferred an
+// hour, and the producer that held them.
+func heldBackend(b *testing.B, n int) (*memory.Backend, *clock.Mock, *queuey.Producer, queuey.QueueSet) {
+	b.Helper()
+	mock := clock.NewMock()
+	be := memory.New(&memory.Options{Clock: mock})
+	set := queuey.QueueSet{Queues: benchQueues(1)}
+	producer, err := queuey.NewProducer(context.Background(), be, set,
+		&queuey.ProducerConfig{Clock: mock, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range n {
+		if _, err := producer.Defer(context.Background(), benchMemJob{N: i}, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return be, mock, producer, set
+}
+
+var heldSizes = []int{0, 10_000, 100_000}
+
+// BenchmarkMemoryHold: the cost of one more Defer (one more held job) when
+// 0, 10k or 100k are held already.
+func BenchmarkMemoryHold(b *testing.B) {
+	for _, n := range heldSizes {
+		b.Run(fmt.Sprintf("held=%dk", n/1000), func(b *testing.B) {
+			be, _, producer, _ := heldBackend(b, n)
+			defer be.Close()
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if _, err := producer.Defer(ctx, benchMemJob{N: i}, time.Hour); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkMemoryHeldEndToEnd: end-to-end throughput of ordinary jobs
+// while 0, 10k or 100k other jobs are held.
+func BenchmarkMemoryHeldEndToEnd(b *testing.B) {
+	for _, n := range heldSizes {
+		b.Run(fmt.Sprintf("held=%dk", n/1000), func(b *testing.B) {
+			be, mock, _, set := heldBackend(b, n)
+			defer be.Close()
+			runMemEndToEnd(b, be, set, queuey.WorkerConfig{Concurrency: 8, Clock: mock})
+		})
+	}
+}
+
+// BenchmarkMemoryRelease: landing 10k or 100k held jobs on their queue when
+// their hold ends (no consumer). One op releases them all; ns/op includes
+// the 1 ms the mock clock sleeps after firing a timer.
+func BenchmarkMemoryRelease(b *testing.B) {
+	for _, n := range heldSizes[1:] {
+		b.Run(fmt.Sprintf("held=%dk", n/1000), func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				b.StopTimer()
+				be, mock, _, _ := heldBackend(b, n)
+				b.StartTimer()
+				mock.Add(time.Hour)
+				for be.Pending("q0") < n { // Pending releases what is due itself
+				}
+				b.StopTimer()
+				_ = be.Close()
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+		})
+	}
+}
