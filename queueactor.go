@@ -100,44 +100,64 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, _ error) {
 	pumpCtx, stopPump := context.WithCancel(pullCtx)
 	defer stopPump()
 	pumped := make(chan error, 1)
+	pumpDone := make(chan struct{})
 	lost := make(chan struct{}) // closed when the consumer ended on its own
-	go func() { pumped <- pump(pumpCtx, consumer, mb, lost) }()
+	go func() {
+		defer close(pumpDone)
+		pumped <- pump(pumpCtx, consumer, mb, lost)
+	}()
 
+	// A fixed pool of handler goroutines takes deliveries from the mailbox:
+	// no more can run for this queue than its prefetch or the worker's
+	// concurrency, and a goroutine that lives on keeps the stack it grew.
 	var running sync.WaitGroup
-	for {
-		m, err := mb.Get(pullCtx)
-		if err != nil {
-			break // stopping, or the pump closed the mailbox
-		}
-		if !m.pauseUntil.IsZero() {
-			resume = m.pauseUntil
-			break
-		}
-		if err := a.w.slots.Acquire(pullCtx, 1); err != nil {
-			requeue(m.d, jobLog{l: a.w.log, queue: a.q.broker})
-			break
-		}
-		select {
-		case <-lost: // the broker took d back with the consumer: it is stale
-			a.w.slots.Release(1)
-			continue
-		default:
-		}
-		running.Add(1)
-		go func() {
-			defer running.Done()
-			defer a.w.slots.Release(1)
-			a.w.process(handlerCtx, a.q, a.hold, m.d, pause)
-		}()
+	var resumeMu sync.Mutex
+	for range min(a.q.prefetch, a.w.concurrency) {
+		running.Go(func() {
+			for {
+				m, err := mb.Get(pullCtx)
+				if err != nil {
+					return // stopping, or the pump closed the mailbox
+				}
+				if !m.pauseUntil.IsZero() {
+					resumeMu.Lock()
+					if m.pauseUntil.After(resume) {
+						resume = m.pauseUntil
+					}
+					resumeMu.Unlock()
+					stopPulling()
+					return
+				}
+				if err := a.w.slots.Acquire(pullCtx, 1); err != nil {
+					requeue(m.d, jobLog{l: a.w.log, queue: a.q.broker})
+					return
+				}
+				select {
+				case <-lost: // the broker took it back with the consumer: it is stale
+				default:
+					a.w.process(handlerCtx, a.q, a.hold, m.d, pause)
+				}
+				a.w.slots.Release(1)
+			}
+		})
 	}
+	select {
+	case <-pullCtx.Done(): // stopping, or paused
+	case <-pumpDone: // the consumer ended
+	}
+	stopPulling()
 	stopPump()
 	why := <-pumped
 	for _, m := range mb.Drain() { // pulled, never started: back to the broker
 		if m.d != nil {
 			requeue(m.d, jobLog{l: a.w.log, queue: a.q.broker})
-		} else if m.pauseUntil.After(resume) {
+			continue
+		}
+		resumeMu.Lock()
+		if m.pauseUntil.After(resume) {
 			resume = m.pauseUntil
 		}
+		resumeMu.Unlock()
 	}
 	a.waitFor(&running, hardStop)
 
