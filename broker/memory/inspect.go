@@ -57,14 +57,15 @@ func (b *Backend) InFlight(queue string) int {
 	return n
 }
 
-// Acked lists the messages acked on queue, in ack order. A retry or a
+// Acked lists the messages acked on queue, in ack order: the newest
+// Options.KeepAcked of them. A retry or a
 // deferral acks the original after its next run was scheduled, so this
 // counts runs, not jobs.
 func (b *Backend) Acked(queue string) []broker.Message {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if q, ok := b.queues[queue]; ok {
-		return slices.Clone(q.acked)
+		return slices.Clone(q.acked[max(0, len(q.acked)-b.keepAcked):])
 	}
 	return nil
 }

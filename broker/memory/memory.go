@@ -19,11 +19,19 @@ import (
 type Options struct {
 	// Clock drives hold-queue expiry. Default: the real clock.
 	Clock clock.Clock
+	// KeepAcked is how many acked messages per queue Acked remembers, the
+	// newest; a long-running backend must not keep them all. Default
+	// DefaultKeepAcked; negative keeps none.
+	KeepAcked int
 }
+
+// DefaultKeepAcked is Options.KeepAcked's default.
+const DefaultKeepAcked = 100_000
 
 // Backend is the in-memory broker. Create it with New.
 type Backend struct {
-	clock clock.Clock
+	clock     clock.Clock
+	keepAcked int
 
 	mu      sync.Mutex
 	closed  bool
@@ -40,9 +48,12 @@ var _ broker.Backend = (*Backend)(nil)
 
 // New returns an empty backend.
 func New(opts *Options) *Backend {
-	b := &Backend{queues: map[string]*queue{}}
+	b := &Backend{queues: map[string]*queue{}, keepAcked: DefaultKeepAcked}
 	if opts != nil {
 		b.clock = opts.Clock
+		if opts.KeepAcked != 0 {
+			b.keepAcked = max(opts.KeepAcked, 0)
+		}
 	}
 	if b.clock == nil {
 		b.clock = clock.New()
@@ -455,7 +466,7 @@ func (d *delivery) Ack(ctx context.Context) error {
 	if err := d.settleLocked(); err != nil {
 		return err
 	}
-	d.c.q.acked = append(d.c.q.acked, d.s.msg)
+	b.recordAckLocked(d.c.q, d.s.msg)
 	b.dispatchLocked(d.c.q)
 	return nil
 }
@@ -508,4 +519,17 @@ func (b *Backend) Depth(ctx context.Context, queue string) (int, error) {
 		return 0, fmt.Errorf("%w: depth of %q", broker.ErrNoQueue, queue)
 	}
 	return q.pending(), nil
+}
+
+// recordAckLocked remembers an acked message for Acked, keeping the newest
+// keepAcked: the slice is cut back to them whenever it doubles, so the cost
+// stays constant per ack.
+func (b *Backend) recordAckLocked(q *queue, m broker.Message) {
+	if b.keepAcked == 0 {
+		return
+	}
+	q.acked = append(q.acked, m)
+	if len(q.acked) >= 2*b.keepAcked {
+		q.acked = slices.Clone(q.acked[len(q.acked)-b.keepAcked:])
+	}
 }

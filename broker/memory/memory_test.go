@@ -1309,3 +1309,38 @@ func TestConcurrentPublishConsumeAndHold(t *testing.T) {
 		t.Errorf("InFlight: got %d, want 0", got)
 	}
 }
+
+func TestAckedKeepsOnlyTheNewest(t *testing.T) {
+	b := memory.New(&memory.Options{KeepAcked: 3})
+	ctx := t.Context()
+	if err := b.Declare(ctx, broker.QueueSpec{Name: "keep", Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := b.Consume(ctx, "keep", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Cancel()
+	for i := range 10 {
+		if err := b.Publish(ctx, broker.Message{Queue: "keep", ID: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := (<-c.Deliveries()).Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ids []string
+	for _, m := range b.Acked("keep") {
+		ids = append(ids, m.ID)
+	}
+	if got := strings.Join(ids, ","); got != "7,8,9" {
+		t.Errorf("acked: got %s, want 7,8,9", got)
+	}
+	none := memory.New(&memory.Options{KeepAcked: -1})
+	if err := none.Declare(ctx, broker.QueueSpec{Name: "none"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := none.Acked("none"); len(got) != 0 {
+		t.Errorf("KeepAcked -1: got %v", got)
+	}
+}
