@@ -54,13 +54,6 @@ func (a *queueActor) Run(ctx context.Context) error {
 	}
 }
 
-// queueMsg is what the queue actor's mailbox holds: a delivery, or (on the
-// system lane) a request to pause the queue until a time.
-type queueMsg struct {
-	d          broker.Delivery
-	pauseUntil time.Time
-}
-
 // runOnce consumes until the worker stops (zero, nil), the consumer is
 // lost (an error), or a handler pauses the queue (the time to resume).
 func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, _ error) {
@@ -93,9 +86,17 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, _ error) {
 	defer stopPulling()
 	defer context.AfterFunc(a.stopping, stopPulling)()
 
-	mb := mailbox.New[queueMsg](a.q.prefetch)
+	mb := mailbox.New[broker.Delivery](a.q.prefetch)
+	// A handler's PauseQueue stops the pulling at once; the latest resume
+	// time asked for by any handler of this run wins.
+	var resumeMu sync.Mutex
 	pause := func(until time.Time) {
-		_ = mb.PutSystem(handlerCtx, queueMsg{pauseUntil: until}) // a closed mailbox: this run is over anyway
+		resumeMu.Lock()
+		if until.After(resume) {
+			resume = until
+		}
+		resumeMu.Unlock()
+		stopPulling()
 	}
 	pumpCtx, stopPump := context.WithCancel(pullCtx)
 	defer stopPump()
@@ -111,31 +112,21 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, _ error) {
 	// no more can run for this queue than its prefetch or the worker's
 	// concurrency, and a goroutine that lives on keeps the stack it grew.
 	var running sync.WaitGroup
-	var resumeMu sync.Mutex
 	for range min(a.q.prefetch, a.w.concurrency) {
 		running.Go(func() {
 			for {
-				m, err := mb.Get(pullCtx)
+				d, err := mb.Get(pullCtx)
 				if err != nil {
-					return // stopping, or the pump closed the mailbox
-				}
-				if !m.pauseUntil.IsZero() {
-					resumeMu.Lock()
-					if m.pauseUntil.After(resume) {
-						resume = m.pauseUntil
-					}
-					resumeMu.Unlock()
-					stopPulling()
-					return
+					return // stopping, pausing, or the pump closed the mailbox
 				}
 				if err := a.w.slots.Acquire(pullCtx, 1); err != nil {
-					requeue(m.d, jobLog{l: a.w.log, queue: a.q.broker})
+					requeue(d, jobLog{l: a.w.log, queue: a.q.broker})
 					return
 				}
 				select {
 				case <-lost: // the broker took it back with the consumer: it is stale
 				default:
-					a.w.process(handlerCtx, a.q, a.hold, m.d, pause)
+					a.w.process(handlerCtx, a.q, a.hold, d, pause)
 				}
 				a.w.slots.Release(1)
 			}
@@ -148,19 +139,13 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, _ error) {
 	stopPulling()
 	stopPump()
 	why := <-pumped
-	for _, m := range mb.Drain() { // pulled, never started: back to the broker
-		if m.d != nil {
-			requeue(m.d, jobLog{l: a.w.log, queue: a.q.broker})
-			continue
-		}
-		resumeMu.Lock()
-		if m.pauseUntil.After(resume) {
-			resume = m.pauseUntil
-		}
-		resumeMu.Unlock()
+	for _, d := range mb.Drain() { // pulled, never started: back to the broker
+		requeue(d, jobLog{l: a.w.log, queue: a.q.broker})
 	}
 	a.waitFor(&running, hardStop)
 
+	resumeMu.Lock() // every handler has returned: no pause comes after this
+	defer resumeMu.Unlock()
 	switch {
 	case why == nil:
 		return resume, nil
@@ -175,7 +160,7 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, _ error) {
 // pump moves deliveries from the consumer into the mailbox until ctx ends
 // (nil) or the consumer does (why; lost is closed first). It closes the
 // mailbox when it returns.
-func pump(ctx context.Context, c broker.Consumer, mb *mailbox.Mailbox[queueMsg], lost chan<- struct{}) error {
+func pump(ctx context.Context, c broker.Consumer, mb *mailbox.Mailbox[broker.Delivery], lost chan<- struct{}) error {
 	defer mb.Close()
 	for {
 		select {
@@ -189,7 +174,7 @@ func pump(ctx context.Context, c broker.Consumer, mb *mailbox.Mailbox[queueMsg],
 				mb.Drain()
 				return fmt.Errorf("%w: %w", errConsumerLost, cmp.Or(c.Err(), broker.ErrClosed))
 			}
-			if err := mb.Put(ctx, queueMsg{d: d}); err != nil {
+			if err := mb.Put(ctx, d); err != nil {
 				requeue(d, jobLog{})
 				return nil
 			}
@@ -323,17 +308,19 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 			out = w.deadLetter(ctx, log, d, original(), CauseInvalidDeferral, "invalid deferral: "+err.Error(), err, jc)
 			break
 		}
-		out = w.republished(log, d, "defer", err, Outcome{Result: Deferred, Delay: def.Delay, Reason: def.Reason})
-		if out.SettleErr == nil {
-			log.Info("job deferred", "delay", def.Delay, "reason", def.Reason, "deferrals", next.Deferrals)
-		}
+		var pausedUntil time.Time
 		if pausing && err == nil {
 			// Resume when the deferred job is back on the queue, so that it
-			// is the first delivery after the pause.
+			// is the first delivery after the pause; pause before the ack,
+			// which frees a prefetch slot the broker would fill at once.
 			ttl, _ := broker.HoldTTL(def.Delay, w.set.deferGranularity)
-			out.PausedUntil = w.clock.Now().Add(ttl)
-			log.Info("queue rate limited; pausing it", "until", out.PausedUntil, "reason", def.Reason)
-			pause(out.PausedUntil)
+			pausedUntil = w.clock.Now().Add(ttl)
+			log.Info("queue rate limited; pausing it", "until", pausedUntil, "reason", def.Reason)
+			pause(pausedUntil)
+		}
+		out = w.republished(log, d, "defer", err, Outcome{Result: Deferred, Delay: def.Delay, Reason: def.Reason, PausedUntil: pausedUntil})
+		if out.SettleErr == nil {
+			log.Info("job deferred", "delay", def.Delay, "reason", def.Reason, "deferrals", next.Deferrals)
 		}
 	case outcomeFatal:
 		log.Error("job failed fatally", "error", err)
