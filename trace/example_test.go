@@ -96,7 +96,7 @@ func printTree(spans []sdktrace.ReadOnlySpan) {
 		for _, s := range children[parent] {
 			attrs := map[string]string{}
 			for _, kv := range s.Attributes() {
-				attrs[string(kv.Key)] = kv.Value.Emit()
+				attrs[string(kv.Key)] = kv.Value.String()
 			}
 			line := strings.Repeat("  ", depth) + s.Name()
 			if op := attrs[string(trace.AttrPublishOp)]; op != "" {

@@ -600,7 +600,8 @@ func TestTheDeliverHook(t *testing.T) {
 
 func TestHooksIsOneValue(t *testing.T) {
 	r := newRig(t)
-	if r.inst.Hooks() != r.inst.Hooks() || r.inst.Hooks().Publish == nil || r.inst.Hooks().Deliver == nil {
+	first, second := r.inst.Hooks(), r.inst.Hooks()
+	if first != second || first.Publish == nil || first.Deliver == nil {
 		t.Errorf("Hooks: want the same complete value on every call")
 	}
 	if _, err := trace.New(nil); err != nil {
