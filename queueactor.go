@@ -142,7 +142,16 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, _ error) {
 	for _, d := range mb.Drain() { // pulled, never started: back to the broker
 		requeue(d, jobLog{l: a.w.log, queue: a.q.broker})
 	}
-	a.waitFor(&running, hardStop)
+	if why != nil {
+		// The consumer is gone and the broker has taken its deliveries
+		// back: the running handlers cannot settle theirs. Cancel them and
+		// let the supervisor start consuming again at once, rather than
+		// after the longest of them; the worker waits for them at the end.
+		hardStop()
+		a.w.orphans.Go(running.Wait)
+	} else {
+		a.waitFor(&running, hardStop)
+	}
 
 	resumeMu.Lock() // every handler has returned: no pause comes after this
 	defer resumeMu.Unlock()
@@ -287,8 +296,9 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 	err = w.call(ctx, q, h, job, jc)
 	ran := w.clock.Since(started)
 	if err != nil && ctx.Err() != nil {
-		// Cancelled by a shutdown that ran out of time: not the job's fault.
-		log.Warn("job interrupted by shutdown; returning it to the queue", "error", err)
+		// Cancelled by a stop that ran out of time, or because its delivery
+		// was lost with its consumer: not the job's fault.
+		log.Warn("job interrupted (the worker is stopping or its delivery was lost); returning it to the queue", "error", err)
 		requeue(d, log)
 		return Outcome{Result: Requeued, Err: err, Ran: true, HandlerDuration: ran}
 	}

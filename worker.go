@@ -86,6 +86,7 @@ type Worker struct {
 
 	slots          *semaphore.Weighted
 	settleFailures atomic.Uint64
+	orphans        sync.WaitGroup // handlers cancelled after their consumer was lost
 
 	mu       sync.Mutex
 	state    workerState
@@ -272,6 +273,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	w.log.Info("worker starting", "queues", len(w.queues), "concurrency", w.concurrency, "handlers", len(w.handlers))
 	err := sup.Run(ctx)
+	w.orphans.Wait()
 	if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, ctx.Err()) {
 		err = cause
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -26,8 +27,20 @@ func (b *Backend) dial(ctx context.Context) (*amqp.Connection, error) {
 		TLSClientConfig: b.opts.TLS,
 		Properties:      amqp.Table{"connection_name": b.opts.ConnectionName, "product": "queuey"},
 		Dial: func(network, addr string) (net.Conn, error) {
-			d := net.Dialer{Timeout: 30 * b.opts.Heartbeat / 10}
-			return d.DialContext(ctx, network, addr)
+			timeout := 30 * b.opts.Heartbeat / 10
+			d := net.Dialer{Timeout: timeout}
+			conn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// Heartbeats start only after the handshake: until then a peer
+			// that accepts and never speaks would hold the dial for good.
+			// amqp091 clears the deadline once the connection is open.
+			if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
+				conn.Close()
+				return nil, err
+			}
+			return conn, nil
 		},
 	}
 	conn, err := amqp.DialConfig(b.url, cfg)

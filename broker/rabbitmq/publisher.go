@@ -20,10 +20,12 @@ import (
 // either side settles a publish, its return (if any) is recorded under its
 // message id.
 type publisher struct {
-	ch   *amqp.Channel
-	dead chan struct{} // closed when the channel is gone
+	ch      *amqp.Channel
+	dead    chan struct{} // closed when the channel is gone
+	closing chan *amqp.Error
 
 	mu       sync.Mutex
+	failed   error                      // why the channel is gone, once it is
 	pending  map[uint64]*pendingPublish // by delivery tag
 	early    map[uint64]bool            // confirms that beat their registration: tag → acked
 	returned map[string]amqp.Return     // by message id, until the ack comes
@@ -50,6 +52,7 @@ func newPublisher(conn *amqp.Connection) (*publisher, error) {
 		early:    map[uint64]bool{},
 		returned: map[string]amqp.Return{},
 	}
+	p.closing = ch.NotifyClose(make(chan *amqp.Error, 1))
 	returns := ch.NotifyReturn(make(chan amqp.Return)) // unbuffered: see the type's comment
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 256))
 	go p.own(returns, confirms)
@@ -103,13 +106,27 @@ func (p *publisher) outcomeLocked(id string, acked bool) error {
 	return nil
 }
 
+// failAll fails what is pending when the channel is gone. A channel the
+// broker closed with a channel error (a soft error: it refused what was
+// published on it, such as a header of a type it does not take) is an
+// answer, not a lost connection: it must not be published again, or a
+// refused message would be retried in a tight loop.
 func (p *publisher) failAll() {
+	err := fmt.Errorf("%w: the channel closed before the broker confirmed the publish", ErrConnectionLost)
+	select {
+	case e := <-p.closing:
+		if e != nil && e.Server && e.Recover {
+			err = fmt.Errorf("rabbitmq: the broker refused a publish and closed its channel: %d %s", e.Code, e.Reason)
+		}
+	default:
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for tag, pend := range p.pending {
-		pend.done <- fmt.Errorf("%w: the channel closed before the broker confirmed the publish", ErrConnectionLost)
+		pend.done <- err
 		delete(p.pending, tag)
 	}
+	p.failed = err
 }
 
 func (p *publisher) isDead() bool {
@@ -151,7 +168,9 @@ func (p *publisher) publish(ctx context.Context, queue string, pub amqp.Publishi
 		case err := <-done:
 			return err
 		default:
-			return fmt.Errorf("%w: the channel closed before the broker confirmed the publish", ErrConnectionLost)
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return p.failed
 		}
 	case <-ctx.Done():
 		// The owner still settles the tag; nobody waits for it.
