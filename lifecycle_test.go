@@ -32,6 +32,12 @@ func TestGracefulShutdown(t *testing.T) {
 		if got := h.Backend.InFlight(qAlpha); got != 4 {
 			t.Fatalf("in flight: got %d, want 4", got)
 		}
+		h.BeginStop()
+		// While the slow job still runs, what was prefetched is back on the
+		// queue already, not handed back to the stopping consumer.
+		if pending, inFlight := h.Backend.Pending(qAlpha), h.Backend.InFlight(qAlpha); pending != 5 || inFlight != 1 {
+			t.Errorf("during the stop: pending %d, in flight %d; want 5 and 1", pending, inFlight)
+		}
 		if err := h.Stop(); err != nil {
 			t.Fatalf("Stop: %v", err)
 		}

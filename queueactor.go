@@ -139,8 +139,18 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, _ error) {
 	stopPulling()
 	stopPump()
 	why := <-pumped
+	if why == nil {
+		// Stop the consumer before giving deliveries back, or the broker
+		// hands them straight back to it, to sit unread until it closes.
+		consumer.Stop()
+	}
 	for _, d := range mb.Drain() { // pulled, never started: back to the broker
 		requeue(d, jobLog{l: a.w.log, queue: a.q.broker})
+	}
+	if why == nil {
+		for d := range consumer.Deliveries() { // sent before the stop, never pulled
+			requeue(d, jobLog{l: a.w.log, queue: a.q.broker})
+		}
 	}
 	if why != nil {
 		// The consumer is gone and the broker has taken its deliveries

@@ -112,8 +112,14 @@ type Consumer interface {
 	// Err says why the consumer ended: nil after Cancel, else the cause
 	// (ErrClosed, a lost connection). Valid once Deliveries is closed.
 	Err() error
-	// Cancel stops the consumer. Deliveries not yet settled go back to the
-	// queue, as they would when a broker channel closes.
+	// Stop ends new deliveries (basic.cancel) but keeps the consumer's
+	// channel: Deliveries yields what the broker had already sent and then
+	// closes, and every delivery can still be settled. A stopping worker
+	// gives back what it will not run without having it handed straight
+	// back to itself. Err stays nil.
+	Stop()
+	// Cancel ends the consumer. Deliveries not yet settled go back to the
+	// queue, as they do when a broker channel closes.
 	Cancel()
 }
 

@@ -159,6 +159,17 @@ func (h *Harness) WaitFor(desc string, cond func() bool) {
 	}
 }
 
+// BeginStop asks the worker to stop and returns once the system is idle,
+// without moving the clock: handlers still running go on, so a test can
+// look at a stop in progress. Stop then finishes it.
+func (h *Harness) BeginStop() {
+	if h.done == nil || h.ended {
+		return
+	}
+	h.cancel()
+	synctest.Wait()
+}
+
 // Stop stops the worker gracefully, advancing the clock while it waits for
 // handlers that wait on it, and returns what Run returned. Later calls
 // return the same.

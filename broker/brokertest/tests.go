@@ -226,6 +226,26 @@ var tests = []struct {
 		}
 		wantIDs(e.t, got, "1", "2", "3")
 	}},
+	{"StopEndsNewDeliveriesButKeepsSettling", func(e *env) {
+		q := e.queue("work")
+		e.declare(broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true})
+		e.publish(msg(q, "1", 0), msg(q, "2", 0), msg(q, "3", 0))
+		c1 := e.consume(q, 2)
+		d1, d2 := e.recv(c1, e.slack), e.recv(c1, e.slack)
+		c1.Stop()
+		for range c1.Deliveries() { // nothing more comes, and it ends
+		}
+		if err := c1.Err(); err != nil {
+			e.t.Errorf("Err after Stop: got %v, want nil", err)
+		}
+		// Given back after the stop, a delivery goes to another consumer,
+		// not back to the stopped one; the stopped one still settles.
+		if err := d2.Requeue(e.t.Context()); err != nil {
+			e.t.Fatalf("requeue after stop: %v", err)
+		}
+		e.ack(d1)
+		wantIDs(e.t, e.ids(e.consume(q, 2), 2), "2", "3")
+	}},
 	{"ConsumersShareAQueue", func(e *env) {
 		q := e.queue("work")
 		e.declare(broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true})

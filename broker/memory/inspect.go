@@ -50,7 +50,7 @@ func (b *Backend) InFlight(queue string) int {
 	b.releaseDueLocked()
 	n := 0
 	if q, ok := b.queues[queue]; ok {
-		for _, c := range q.consumers {
+		for _, c := range append(slices.Clone(q.consumers), q.stopped...) {
 			n += len(c.unacked)
 		}
 	}

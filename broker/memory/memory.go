@@ -65,7 +65,8 @@ type queue struct {
 	spec      broker.QueueSpec
 	declared  bool        // through Declare (dead queues are made alongside)
 	levels    [][]*stored // index = priority level; FIFO within a level
-	consumers []*consumer
+	consumers []*consumer // those dispatched to
+	stopped   []*consumer // stopped, not yet ended: their deliveries still settle
 	next      int // round-robin position among consumers
 	acked     []broker.Message
 }
@@ -377,7 +378,7 @@ func (b *Backend) Close() error {
 	b.held = nil // dropped with the backend: a later inspection must not land them
 	b.armLocked()
 	for _, q := range b.queues {
-		for _, c := range slices.Clone(q.consumers) {
+		for _, c := range append(slices.Clone(q.consumers), q.stopped...) {
 			c.endLocked(broker.ErrClosed)
 		}
 	}
@@ -390,6 +391,7 @@ type consumer struct {
 	prefetch int
 	ch       chan broker.Delivery
 	unacked  map[uint64]*delivery
+	stopped  bool // out of dispatch; its deliveries still settle
 	ended    bool
 	err      error
 }
@@ -404,6 +406,22 @@ func (c *consumer) Err() error {
 
 // Cancel ends the consumer; its unsettled deliveries return to the queue in
 // their original order, marked redelivered.
+// Stop takes the consumer out of the queue's dispatch; what it was handed
+// stays readable and settleable.
+func (c *consumer) Stop() {
+	c.b.mu.Lock()
+	defer c.b.mu.Unlock()
+	if c.ended || c.stopped {
+		return
+	}
+	c.stopped = true
+	close(c.ch)
+	c.q.consumers = slices.DeleteFunc(c.q.consumers, func(o *consumer) bool { return o == c })
+	c.q.stopped = append(c.q.stopped, c)
+	c.q.next = 0
+	c.b.dispatchLocked(c.q)
+}
+
 func (c *consumer) Cancel() {
 	c.b.mu.Lock()
 	defer c.b.mu.Unlock()
@@ -417,12 +435,15 @@ func (c *consumer) endLocked(err error) {
 		return
 	}
 	c.ended, c.err = true, err
-	close(c.ch)
+	if !c.stopped {
+		close(c.ch)
+	}
 	// Deliveries still buffered go back to the queue (or with the backend)
 	// below; a reader must not also run them.
 	for range c.ch {
 	}
 	c.q.consumers = slices.DeleteFunc(c.q.consumers, func(o *consumer) bool { return o == c })
+	c.q.stopped = slices.DeleteFunc(c.q.stopped, func(o *consumer) bool { return o == c })
 	c.q.next = 0
 	if c.b.closed {
 		return
@@ -498,7 +519,7 @@ func (b *Backend) Disconnect(queue string) {
 	if !ok {
 		return
 	}
-	for _, c := range slices.Clone(q.consumers) {
+	for _, c := range append(slices.Clone(q.consumers), q.stopped...) {
 		c.endLocked(ErrDisconnected)
 	}
 }

@@ -25,7 +25,10 @@ type consumer struct {
 	stop  chan struct{}
 	ended chan struct{}
 
+	tag       string
 	once      sync.Once
+	stopOnce  sync.Once
+	stopped   atomic.Bool
 	cancelled atomic.Bool
 	err       error // set before ended is closed
 }
@@ -39,7 +42,8 @@ func (s *session) consume(queue string, prefetch int) (broker.Consumer, error) {
 		_ = ch.Close()
 		return nil, lostOr(err)
 	}
-	deliveries, err := ch.Consume(queue, consumerTag(queue), false, false, false, false, nil)
+	tag := consumerTag(queue)
+	deliveries, err := ch.Consume(queue, tag, false, false, false, false, nil)
 	if err != nil {
 		_ = ch.Close()
 		var amqpErr *amqp.Error
@@ -49,6 +53,7 @@ func (s *session) consume(queue string, prefetch int) (broker.Consumer, error) {
 		return nil, lostOr(err)
 	}
 	c := &consumer{
+		tag:   tag,
 		queue: queue,
 		ch:    ch,
 		out:   make(chan broker.Delivery),
@@ -84,7 +89,7 @@ func (c *consumer) run(deliveries <-chan amqp.Delivery, closed <-chan *amqp.Erro
 // why the deliveries ended: nil after Cancel, ErrClosed when the backend
 // closed, else the lost connection or channel.
 func (c *consumer) why(closed <-chan *amqp.Error, s *session) error {
-	if c.cancelled.Load() {
+	if c.cancelled.Load() || c.stopped.Load() {
 		return nil
 	}
 	s.closeMu.Lock()
@@ -116,6 +121,16 @@ func (c *consumer) Err() error {
 	default:
 		return nil
 	}
+}
+
+// Stop sends basic.cancel: no new deliveries, while the channel stays open
+// to settle those already received; amqp091 closes Deliveries once the
+// broker confirmed the cancel and what it had sent was read.
+func (c *consumer) Stop() {
+	c.stopOnce.Do(func() {
+		c.stopped.Store(true)
+		_ = c.ch.Cancel(c.tag, false) // a closed channel has stopped anyway
+	})
 }
 
 // Cancel closes the consumer's channel; the broker puts its unsettled
