@@ -67,7 +67,7 @@ type queue struct {
 	levels    [][]*stored // index = priority level; FIFO within a level
 	consumers []*consumer // those dispatched to
 	stopped   []*consumer // stopped, not yet ended: their deliveries still settle
-	next      int // round-robin position among consumers
+	next      int         // round-robin position among consumers
 	acked     []broker.Message
 }
 
