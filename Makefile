@@ -2,14 +2,14 @@
 GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test demo lint fmt cover bench
+.PHONY: test demo lint fmt cover bench chaos
 
 ## test: the whole suite with the race detector (what CI runs)
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 	@echo "fault tests (they restart the broker, so they run alone):"
-	QUEUEY_FAULTS=1 $(GO) test -race -count=1 -run '^TestFault' ./broker/rabbitmq/
+	QUEUEY_FAULTS=1 $(GO) test -race -count=1 -p 1 -run '^TestFault' ./broker/rabbitmq/ ./chaos/
 
 ## demo: the quick-start tour on the in-memory backend; no broker needed
 demo:
@@ -39,3 +39,12 @@ PEERS_FLAGS ?= -count 3
 bench:
 	$(GO) run ./bench $(BENCH_FLAGS)
 	cd bench/peers && GOFLAGS=-mod=mod $(GO) run . $(PEERS_FLAGS)
+
+## chaos: the fault-injection suite against the local RabbitMQ (package
+## chaos; results in RELIABILITY.md): the short set that CI can run, plus
+## the long faults (broker kill -9 and stop, frozen broker,
+## consumer_timeout, 3-minute soak) and the tests that pin known bugs.
+## It disturbs the broker: run it alone.
+chaos:
+	$(GO) vet ./chaos/...
+	QUEUEY_FAULTS=1 QUEUEY_CHAOS=full $(GO) test -race -count=1 -v -timeout 40m -run '^TestFault' ./chaos/

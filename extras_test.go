@@ -3,6 +3,7 @@ package queuey_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -92,6 +93,15 @@ func TestACorrelationIDTravelsThroughRetriesAndDeferrals(t *testing.T) {
 		}
 		if _, err := h.Producer.Enqueue(t.Context(), alphaJob{}, queuey.WithCorrelationID("\xff")); !errors.Is(err, queuey.ErrInvalidJob) {
 			t.Errorf("invalid correlation id: got %v", err)
+		}
+	})
+}
+
+func TestAnOverlongCorrelationIDIsRefused(t *testing.T) {
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		long := strings.Repeat("c", 256)
+		if _, err := h.Producer.Enqueue(t.Context(), alphaJob{}, queuey.WithCorrelationID(long)); !errors.Is(err, queuey.ErrInvalidJob) {
+			t.Errorf("a 256-byte correlation id: got %v, want ErrInvalidJob", err)
 		}
 	})
 }

@@ -212,8 +212,9 @@ func (p *Producer) envelope(job Job, opts []EnqueueOption) (broker.Envelope, *qu
 	for _, o := range opts {
 		o(&env)
 	}
-	if !utf8.ValidString(env.CorrelationID) {
-		return broker.Envelope{}, nil, fmt.Errorf("%w: correlation id %q is not valid UTF-8", ErrInvalidJob, env.CorrelationID)
+	if !utf8.ValidString(env.CorrelationID) || len(env.CorrelationID) > 255 {
+		return broker.Envelope{}, nil, fmt.Errorf("%w: correlation id %.40q... must be valid UTF-8 of at most 255 bytes (an AMQP short string), not %d",
+			ErrInvalidJob, env.CorrelationID, len(env.CorrelationID))
 	}
 	return env, q, nil
 }

@@ -93,6 +93,13 @@ func Dial(ctx context.Context, rawURL string, opts *Options) (*Backend, error) {
 	return b, nil
 }
 
+// String names the backend by its URL, without the password.
+func (b *Backend) String() string { return "rabbitmq.Backend(" + b.safeURL + ")" }
+
+// Format prints the backend as String does for every verb (%v, %+v, %#v),
+// so that no formatting of it can show the credentials its URL holds.
+func (b *Backend) Format(f fmt.State, _ rune) { _, _ = fmt.Fprint(f, b.String()) }
+
 // Name reports "rabbitmq".
 func (b *Backend) Name() string { return "rabbitmq" }
 

@@ -252,3 +252,13 @@ func selfSigned(t *testing.T) tls.Certificate {
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
+
+func TestFormattingABackendNeverShowsThePassword(t *testing.T) {
+	b := dial(t, nil)
+	defer b.Close()
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
+		if got := fmt.Sprintf(verb, b); strings.Contains(got, "guest@") && !strings.Contains(got, "xxxxx") {
+			t.Errorf("%s of the backend shows the password: %s", verb, got)
+		}
+	}
+}
