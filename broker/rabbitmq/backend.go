@@ -183,7 +183,19 @@ func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duratio
 	if err := b.declareHold(ctx, hold, spec, ttl); err != nil {
 		return err
 	}
-	return b.publish(ctx, hold, publishing(msg, nil))
+	err := b.publish(ctx, hold, publishing(msg, nil))
+	if errors.Is(err, broker.ErrUnroutable) {
+		// The hold queue went away although it was declared recently
+		// (deleted by hand, or the broker restarted): declare it again
+		// at once rather than after the TTL/2 the rule allows.
+		b.mu.Lock()
+		delete(b.holdDeclared, hold)
+		b.mu.Unlock()
+		if err = b.declareHold(ctx, hold, spec, ttl); err == nil {
+			err = b.publish(ctx, hold, publishing(msg, nil))
+		}
+	}
+	return err
 }
 
 func (b *Backend) declareHold(ctx context.Context, hold string, spec broker.QueueSpec, ttl time.Duration) error {

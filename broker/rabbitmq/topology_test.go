@@ -150,3 +150,26 @@ func TestAHoldQueueFedForThreeTTLsLosesNothing(t *testing.T) {
 		t.Fatalf("not every held message arrived within 15 s")
 	}
 }
+
+// A hold queue deleted behind the backend's back is declared again on the
+// next hold, not only after TTL/2.
+func TestADeletedHoldQueueIsDeclaredAgainAtOnce(t *testing.T) {
+	prefix := unique("holddel")
+	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	b := dial(t, nil)
+	defer b.Close()
+	q := prefix + ".work"
+	ctx := t.Context()
+	if err := b.Declare(ctx, broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	msg := broker.Message{Queue: q, ID: "1", Body: []byte("{}")}
+	if err := b.Hold(ctx, msg, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	rabbitmqctl(t, "delete_queue", broker.HoldQueueName(q, time.Minute))
+	msg.ID = "2"
+	if err := b.Hold(ctx, msg, time.Minute); err != nil {
+		t.Errorf("hold after the hold queue was deleted: %v", err)
+	}
+}
