@@ -16,6 +16,7 @@ import (
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/rabbitmq"
+	"github.com/queuey-go/queuey/internal/workertest"
 )
 
 // job is the worker tests' job; its queue's settings come from each test's
@@ -424,4 +425,15 @@ func TestFaultAMemoryAlarmBlocksPublishesUntilTheirDeadline(t *testing.T) {
 	if err := b.Publish(ctx, broker.Message{Queue: q, ID: "after", Body: []byte("{}")}); err != nil {
 		t.Errorf("publish after the alarm cleared: %v", err)
 	}
+}
+
+// The worker-level suite (pause, retry overrides, dead-letter hook and
+// replay, correlation ids) on the real broker, as on the memory backend.
+func TestWorkerSuite(t *testing.T) {
+	workertest.Run(t, workertest.Config{
+		New: func(t *testing.T) broker.Backend {
+			return dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
+		},
+		Cleanup: deletePrefixed,
+	})
 }
