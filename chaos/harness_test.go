@@ -338,19 +338,25 @@ func connectionName(props any) string {
 	return ""
 }
 
-// closeConnection closes, from the broker's side, the connection whose
-// name is exactly name, waiting for it to exist; it returns the window
+// closeConnection closes, from the broker's side, the backend's
+// connections: the one named exactly name (publishing) and its consumers'
+// (name + " (consume)"), waiting for them to exist; it returns the window
 // the fault took.
 func closeConnection(t *testing.T, name string) chaos.Window {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
+		var pids []string
 		for _, c := range listConns(t, name) {
-			if c.Name != name || c.PID == "" {
-				continue
+			if (c.Name == name || c.Name == name+" (consume)") && c.PID != "" {
+				pids = append(pids, c.PID)
 			}
+		}
+		if len(pids) > 0 {
 			from := time.Now()
-			mustCtl(t, "close_connection", c.PID, "chaos: close_connection fault")
+			for _, pid := range pids {
+				mustCtl(t, "close_connection", pid, "chaos: close_connection fault")
+			}
 			return chaos.Window{Name: "close_connection", From: from, To: time.Now()}
 		}
 		if time.Now().After(deadline) {

@@ -41,15 +41,29 @@ type Backend struct {
 	safeURL string
 	opts    Options
 
-	stop context.CancelFunc
-	done chan struct{} // closed when the connection supervisor returned
+	runCtx context.Context // the connection supervisors'; ends at Close
+	stop   context.CancelFunc
+	runs   sync.WaitGroup // the connection supervisors
 
-	mu           sync.Mutex
-	closed       bool
-	conn         *session      // nil while disconnected
-	ready        chan struct{} // closed while conn is set
+	mu     sync.Mutex
+	closed bool
+	// pub publishes and declares; sub carries the consumers, from the
+	// first Consume on. Apart, a broker alarm that blocks the publishing
+	// connection leaves the consumers free to ack (RabbitMQ blocks a whole
+	// connection, acks included, once it publishes during an alarm).
+	pub, sub     link
+	subStarted   bool
 	declared     map[string]broker.QueueSpec
 	holdDeclared map[string]time.Time // hold queue → when its last declare started
+}
+
+// link is one of the backend's connections, as its connection actor
+// keeps it. Backend.mu guards its fields.
+type link struct {
+	role  string        // "publish" or "consume", for the logs
+	name  string        // the connection_name the broker shows
+	conn  *session      // nil while disconnected
+	ready chan struct{} // closed while conn is set (or the backend is closed)
 }
 
 var _ broker.Backend = (*Backend)(nil)
@@ -58,39 +72,42 @@ var _ broker.Backend = (*Backend)(nil)
 // connection up until Close. A first dial that fails is returned as an
 // error (credentials, a missing vhost, nobody listening) rather than retried.
 func Dial(ctx context.Context, rawURL string, opts *Options) (*Backend, error) {
+	o := opts.withDefaults()
 	b := &Backend{
 		url:          rawURL,
 		safeURL:      Redact(rawURL),
-		opts:         opts.withDefaults(),
-		ready:        make(chan struct{}),
+		opts:         o,
+		pub:          link{role: "publish", name: o.ConnectionName, ready: make(chan struct{})},
+		sub:          link{role: "consume", name: o.ConnectionName + " (consume)", ready: make(chan struct{})},
 		declared:     map[string]broker.QueueSpec{},
 		holdDeclared: map[string]time.Time{},
-		done:         make(chan struct{}),
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
 		return nil, fmt.Errorf("rabbitmq: %q is not an amqp:// or amqps:// URL", b.safeURL)
 	}
-	first, err := b.dial(ctx)
+	first, err := b.dial(ctx, b.pub.name)
 	if err != nil {
 		return nil, err
 	}
-	runCtx, stop := context.WithCancel(context.Background())
-	b.stop = stop
+	b.runCtx, b.stop = context.WithCancel(context.Background())
+	b.superviseLocked(&b.pub, first)
+	return b, nil
+}
+
+// superviseLocked starts the supervised connection actor that keeps l
+// connected until Close; first, when set, is its first connection.
+func (b *Backend) superviseLocked(l *link, first *amqp.Connection) {
 	sup := supervisor.New(supervisor.Spec{
-		Name:       "rabbitmq",
+		Name:       "rabbitmq " + l.role,
 		Intensity:  math.MaxInt32, // a broker may be away for long; backoff paces the dials
 		Period:     time.Minute,
 		MinBackoff: b.opts.ReconnectMin,
 		MaxBackoff: b.opts.ReconnectMax,
 		Clock:      b.opts.Clock,
 		Logger:     quiet,
-	}, supervisor.Child{Name: "connection", Run: (&connectionActor{b: b, first: first}).Run, Restart: supervisor.Permanent})
-	go func() {
-		defer close(b.done)
-		_ = sup.Run(runCtx)
-	}()
-	return b, nil
+	}, supervisor.Child{Name: l.role + " connection", Run: (&connectionActor{b: b, link: l, first: first}).Run, Restart: supervisor.Permanent})
+	b.runs.Go(func() { _ = sup.Run(b.runCtx) })
 }
 
 // String names the backend by its URL, without the password.
@@ -103,11 +120,16 @@ func (b *Backend) Format(f fmt.State, _ rune) { _, _ = fmt.Fprint(f, b.String())
 // Name reports "rabbitmq".
 func (b *Backend) Name() string { return "rabbitmq" }
 
-// session waits for a live connection, bounded by ctx.
+// session waits for a live publishing connection, bounded by ctx.
 func (b *Backend) session(ctx context.Context) (*session, error) {
+	return b.sessionOf(ctx, &b.pub)
+}
+
+// sessionOf waits for l to be connected, bounded by ctx.
+func (b *Backend) sessionOf(ctx context.Context, l *link) (*session, error) {
 	for {
 		b.mu.Lock()
-		closed, s, ready := b.closed, b.conn, b.ready
+		closed, s, ready := b.closed, l.conn, l.ready
 		b.mu.Unlock()
 		switch {
 		case closed:
@@ -266,19 +288,27 @@ func (b *Backend) Depth(ctx context.Context, queue string) (int, error) {
 }
 
 // Consume opens a channel for queue with basic.qos(prefetch) and starts a
-// consumer with manual acks.
+// consumer with manual acks. Consumers have a connection of their own,
+// opened by the first Consume, so that their acks never wait behind a
+// publish the broker holds up.
 func (b *Backend) Consume(ctx context.Context, queue string, prefetch int) (broker.Consumer, error) {
 	if prefetch < 1 || prefetch > math.MaxUint16 {
 		return nil, fmt.Errorf("rabbitmq: consume %q: prefetch %d is outside 1..65535", queue, prefetch)
 	}
-	s, err := b.session(ctx)
+	b.mu.Lock()
+	if !b.closed && !b.subStarted {
+		b.subStarted = true
+		b.superviseLocked(&b.sub, nil)
+	}
+	b.mu.Unlock()
+	s, err := b.sessionOf(ctx, &b.sub)
 	if err != nil {
 		return nil, err
 	}
 	return s.consume(queue, prefetch)
 }
 
-// Close stops reconnecting, closes the connection (which ends every
+// Close stops reconnecting, closes the connections (which ends every
 // consumer; the broker takes back their unsettled deliveries) and refuses
 // later calls with broker.ErrClosed.
 func (b *Backend) Close() error {
@@ -288,12 +318,14 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
-	if b.conn == nil {
-		close(b.ready) // wake waiters; they see closed
+	for _, l := range []*link{&b.pub, &b.sub} {
+		if l.conn == nil {
+			close(l.ready) // wake waiters; they see closed
+		}
 	}
 	b.mu.Unlock()
 	b.stop()
-	<-b.done
+	b.runs.Wait()
 	return nil
 }
 

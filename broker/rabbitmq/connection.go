@@ -19,13 +19,13 @@ import (
 // events, once each, rather than a line per redial.
 var quiet = slog.New(slog.DiscardHandler)
 
-// dial opens one connection, or says clearly why it could not.
-func (b *Backend) dial(ctx context.Context) (*amqp.Connection, error) {
+// dial opens one connection named name, or says clearly why it could not.
+func (b *Backend) dial(ctx context.Context, name string) (*amqp.Connection, error) {
 	cfg := amqp.Config{
 		Heartbeat:       b.opts.Heartbeat,
 		Locale:          "en_US",
 		TLSClientConfig: b.opts.TLS,
-		Properties:      amqp.Table{"connection_name": b.opts.ConnectionName, "product": "queuey"},
+		Properties:      amqp.Table{"connection_name": name, "product": "queuey"},
 		Dial: func(network, addr string) (net.Conn, error) {
 			timeout := 30 * b.opts.Heartbeat / 10
 			d := net.Dialer{Timeout: timeout}
@@ -73,31 +73,37 @@ func scrub(err error, rawURL string) string {
 	return s
 }
 
-// connectionActor owns the connection: it dials, publishes the session to
-// the backend, watches for the connection's end and returns (so its
-// supervisor dials again after a backoff) when it is lost.
+// connectionActor owns one of the backend's connections (a link): it
+// dials, publishes the session to the backend, watches for the
+// connection's end and returns (so its supervisor dials again after a
+// backoff) when it is lost.
 type connectionActor struct {
 	b       *Backend
+	link    *link
 	first   *amqp.Connection // from Dial, used by the first run
+	dialed  bool             // a connection was up before: the next is a reconnect
 	lastErr string
 }
 
 func (a *connectionActor) Run(ctx context.Context) error {
-	b := a.b
+	b, l := a.b, a.link
+	log := b.opts.Logger.With("connection", l.role)
 	conn := a.first
 	a.first = nil
 	if conn == nil {
 		var err error
-		if conn, err = b.dial(ctx); err != nil {
+		if conn, err = b.dial(ctx, l.name); err != nil {
 			if err.Error() != a.lastErr { // once per distinct cause: no log storm
-				b.opts.Logger.Warn("rabbitmq reconnect failed; retrying with backoff", "error", err)
+				log.Warn("rabbitmq connect failed; retrying with backoff", "error", err)
 				a.lastErr = err.Error()
 			}
 			return err
 		}
-		b.opts.Logger.Info("rabbitmq reconnected", "url", b.safeURL)
+		if a.dialed {
+			log.Info("rabbitmq reconnected", "url", b.safeURL)
+		}
 	}
-	a.lastErr = ""
+	a.dialed, a.lastErr = true, ""
 	lost := conn.NotifyClose(make(chan *amqp.Error, 1))
 	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
 	s := newSession(conn, b.opts.PublishChannels)
@@ -108,15 +114,17 @@ func (a *connectionActor) Run(ctx context.Context) error {
 		_ = conn.Close()
 		return nil
 	}
-	b.conn = s
-	close(b.ready)
-	// The topology is redeclared on every new connection: a restarted
-	// broker keeps durable queues, but not transient ones.
-	specs := make([]broker.QueueSpec, 0, len(b.declared))
-	for _, spec := range b.declared {
-		specs = append(specs, spec)
+	l.conn = s
+	close(l.ready)
+	// The topology is redeclared on every new publishing connection: a
+	// restarted broker keeps durable queues, but not transient ones.
+	var specs []broker.QueueSpec
+	if l == &b.pub {
+		for _, spec := range b.declared {
+			specs = append(specs, spec)
+		}
+		clear(b.holdDeclared)
 	}
-	clear(b.holdDeclared)
 	b.mu.Unlock()
 	if len(specs) > 0 {
 		if err := s.declareAll(ctx, specs); err != nil {
@@ -137,17 +145,17 @@ func (a *connectionActor) Run(ctx context.Context) error {
 		case bl := <-blocked:
 			s.setBlocked(bl)
 			if bl.Active {
-				b.opts.Logger.Warn("rabbitmq blocked the connection (a resource alarm); publishes wait", "reason", bl.Reason)
+				log.Warn("rabbitmq blocked the connection (a resource alarm); publishes wait", "reason", bl.Reason)
 			} else {
-				b.opts.Logger.Info("rabbitmq unblocked the connection")
+				log.Info("rabbitmq unblocked the connection")
 			}
 		}
 	}
 
 	b.mu.Lock()
-	b.conn = nil
+	l.conn = nil
 	if !b.closed {
-		b.ready = make(chan struct{})
+		l.ready = make(chan struct{})
 	}
 	b.mu.Unlock()
 	s.close()
@@ -161,7 +169,7 @@ func (a *connectionActor) Run(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return nil
 	}
-	b.opts.Logger.Warn("rabbitmq connection lost; reconnecting", "error", why)
+	log.Warn("rabbitmq connection lost; reconnecting", "error", why)
 	return why
 }
 

@@ -7,10 +7,15 @@
 // persistent, and returns only once the broker confirmed it; a message the
 // broker returned as unroutable is an error, never a success.
 //
-// The backend owns one connection. A connection actor, run by a supervisor,
-// dials it, drains its notifications and, when it is lost, dials again with
-// jittered, capped backoff and redeclares the topology; calls made meanwhile
-// wait for it, bounded by their ctx. It does not use amqp091's own recovery.
+// The backend owns up to two connections: one that publishes and declares,
+// opened by Dial, and one for the consumers, opened by the first Consume.
+// Kept apart, a broker alarm (which blocks a connection once it publishes,
+// acks included) holds up only the publishes, never the consumers' acks.
+// For each, a connection actor run by a supervisor dials it, drains its
+// notifications and, when it is lost, dials again with jittered, capped
+// backoff (the publishing one also redeclares the topology); calls made
+// meanwhile wait for it, bounded by their ctx. It does not use amqp091's
+// own recovery.
 // Publishes go through a pool of confirm-mode channels, each with many
 // outstanding publishes; a returned message is paired with its publish by
 // message id. Each consumer has a channel of its own with basic.qos(prefetch)
@@ -18,5 +23,5 @@
 // delivery of a closed channel is refused, never sent on another one.
 //
 // A Backend is safe for concurrent use. Close it to stop its goroutines and
-// close the connection.
+// close the connections.
 package rabbitmq

@@ -12,7 +12,9 @@ import (
 
 // Options configures a Backend. A nil Options means every default.
 type Options struct {
-	// ConnectionName is shown in the broker's management UI. Default "queuey".
+	// ConnectionName is shown in the broker's management UI for the
+	// publishing connection; the consumers' connection shows it followed
+	// by " (consume)". Default "queuey".
 	ConnectionName string
 	// PublishChannels is the size of the confirm-channel pool. Default 4.
 	PublishChannels int

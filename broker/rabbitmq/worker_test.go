@@ -276,17 +276,22 @@ func distinct(runs []run) int {
 	return len(seen)
 }
 
-// closeConnection closes, from the broker's side, the connection named name.
+// closeConnection closes, from the broker's side, the backend's
+// connections: the one named name and its consumers' (name + " (consume)").
 func closeConnection(t *testing.T, name string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		closed := 0
 		for _, line := range strings.Split(rabbitmqctl(t, "list_connections", "pid", "client_properties", "--quiet"), "\n") {
-			if strings.Contains(line, `"`+name+`"`) || strings.Contains(line, "<<\""+name+"\">>") || strings.Contains(line, name) {
+			if strings.Contains(line, name) {
 				pid := strings.Fields(line)[0]
 				rabbitmqctl(t, "close_connection", pid, "queuey fault test")
-				return
+				closed++
 			}
+		}
+		if closed > 0 {
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no connection named %s", name)
