@@ -35,7 +35,10 @@ var errConsumerLost = errors.New("consumer ended unexpectedly")
 
 func (a *queueActor) Run(ctx context.Context) error {
 	for {
-		resume, err := a.runOnce(ctx)
+		resume, again, err := a.runOnce(ctx)
+		if again && err == nil && resume.IsZero() {
+			continue // a suspect ran alone: consume again at once
+		}
 		if err != nil || resume.IsZero() {
 			return err
 		}
@@ -55,8 +58,9 @@ func (a *queueActor) Run(ctx context.Context) error {
 }
 
 // runOnce consumes until the worker stops (zero, nil), the consumer is
-// lost (an error), or a handler pauses the queue (the time to resume).
-func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, _ error) {
+// lost (an error), a handler pauses the queue (the time to resume), or a
+// suspect of a crash came and ran alone (again: consume again at once).
+func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool, _ error) {
 	consumer, err := a.w.backend.Consume(ctx, a.q.broker, a.q.prefetch)
 	if errors.Is(err, broker.ErrNoQueue) {
 		// Deleted behind our back: declare it again rather than crash-loop.
@@ -67,10 +71,10 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, _ error) {
 	}
 	if errors.Is(err, broker.ErrClosed) {
 		a.fail(fmt.Errorf("queue %q: %w", a.q.broker, err))
-		return time.Time{}, nil
+		return time.Time{}, false, nil
 	}
 	if err != nil {
-		return time.Time{}, fmt.Errorf("consume %q: %w", a.q.broker, err)
+		return time.Time{}, false, fmt.Errorf("consume %q: %w", a.q.broker, err)
 	}
 	defer consumer.Cancel()
 
@@ -98,6 +102,20 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, _ error) {
 		resumeMu.Unlock()
 		stopPulling()
 	}
+	// A suspect of a crash (see isolate) stops the pulling too; it runs
+	// alone once the rest has run.
+	var suspect broker.Delivery
+	var setAside []broker.Delivery // more suspects, pulled meanwhile
+	quarantine := func(d broker.Delivery) {
+		resumeMu.Lock()
+		if suspect == nil {
+			suspect = d
+		} else {
+			setAside = append(setAside, d)
+		}
+		resumeMu.Unlock()
+		stopPulling()
+	}
 	pumpCtx, stopPump := context.WithCancel(pullCtx)
 	defer stopPump()
 	pumped := make(chan error, 1)
@@ -118,6 +136,10 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, _ error) {
 				d, err := mb.Get(pullCtx)
 				if err != nil {
 					return // stopping, pausing, or the pump closed the mailbox
+				}
+				if a.w.poisonAfter > 0 && isSuspect(d) {
+					quarantine(d)
+					continue
 				}
 				if err := a.w.slots.Acquire(pullCtx, 1); err != nil {
 					requeue(d, jobLog{l: a.w.log, queue: a.q.broker})
@@ -144,12 +166,24 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, _ error) {
 		// hands them straight back to it, to sit unread until it closes.
 		consumer.Stop()
 	}
-	for _, d := range mb.Drain() { // pulled, never started: back to the broker
-		requeue(d, jobLog{l: a.w.log, queue: a.q.broker})
-	}
+	// Pulled or sent before the stop, never started: back to the broker,
+	// unless a suspect is to run alone; then they run first (given back,
+	// they would come back redelivered, and suspects themselves).
+	resumeMu.Lock()
+	leftovers := append(setAside, mb.Drain()...)
+	isolating := suspect != nil && why == nil
+	resumeMu.Unlock()
 	if why == nil {
-		for d := range consumer.Deliveries() { // sent before the stop, never pulled
+		for d := range consumer.Deliveries() {
+			leftovers = append(leftovers, d)
+		}
+	}
+	if !isolating {
+		for _, d := range leftovers {
 			requeue(d, jobLog{l: a.w.log, queue: a.q.broker})
+		}
+		if suspect != nil {
+			requeue(suspect, jobLog{l: a.w.log, queue: a.q.broker})
 		}
 	}
 	if why != nil {
@@ -164,15 +198,95 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, _ error) {
 	}
 
 	resumeMu.Lock() // every handler has returned: no pause comes after this
-	defer resumeMu.Unlock()
+	paused := resume
+	resumeMu.Unlock()
 	switch {
+	case isolating && paused.IsZero() && a.stopping.Err() == nil && ctx.Err() == nil:
+		return a.isolate(handlerCtx, suspect, leftovers), true, nil
+	case isolating: // paused or stopping: nothing more runs now
+		for _, d := range append(leftovers, suspect) {
+			requeue(d, jobLog{l: a.w.log, queue: a.q.broker})
+		}
+		return paused, false, nil
 	case why == nil:
-		return resume, nil
+		return paused, false, nil
 	case errors.Is(why, broker.ErrClosed):
 		a.fail(fmt.Errorf("queue %q: %w", a.q.broker, why))
-		return time.Time{}, nil
+		return time.Time{}, false, nil
 	default:
-		return time.Time{}, fmt.Errorf("queue %q: %w", a.q.broker, why)
+		return time.Time{}, false, fmt.Errorf("queue %q: %w", a.q.broker, why)
+	}
+}
+
+// isSuspect reports a delivery that is the counted copy of a job that came
+// back unsettled (WorkerConfig.PoisonAfter): it was in flight when a worker
+// crashed, maybe as the cause, maybe as a bystander.
+func isSuspect(d broker.Delivery) bool {
+	return !d.Redelivered() && d.Message().Headers[headerRedeliveries] != ""
+}
+
+// isolate runs a suspect alone, so that if it crashes its worker again
+// nothing else this queue holds comes back redelivered and counted with
+// it: first the deliveries the consumer had already handed over (others
+// suspected too are published again, unchanged, to run alone in their
+// turn), then, once they have all been settled, the suspect. The consumer
+// is stopped meanwhile. It returns when to resume, if a handler paused
+// the queue.
+func (a *queueActor) isolate(ctx context.Context, suspect broker.Delivery, leftovers []broker.Delivery) (resume time.Time) {
+	var mu sync.Mutex
+	pause := func(until time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		if until.After(resume) {
+			resume = until
+		}
+	}
+	log := jobLog{l: a.w.log, queue: a.q.broker}
+	var running sync.WaitGroup
+	for _, d := range leftovers {
+		if isSuspect(d) {
+			a.w.setAside(ctx, a.q, d)
+			continue
+		}
+		if err := a.w.slots.Acquire(a.stopping, 1); err != nil {
+			requeue(d, log)
+			continue
+		}
+		running.Go(func() {
+			defer a.w.slots.Release(1)
+			a.w.process(ctx, a.q, a.hold, d, pause)
+		})
+	}
+	running.Wait()
+	if err := a.w.slots.Acquire(a.stopping, 1); err != nil {
+		requeue(suspect, log)
+		return resume
+	}
+	defer a.w.slots.Release(1)
+	log.l.Info("running a job that was in flight when a worker crashed, alone", "job_id", suspect.Message().ID)
+	a.w.process(ctx, a.q, a.hold, suspect, pause)
+	return resume
+}
+
+// setAside publishes a suspect again, unchanged, to the back of its queue,
+// and acks the delivery: it runs alone later. Should the publish fail, the
+// delivery goes back to the queue (and is counted once more).
+func (w *Worker) setAside(ctx context.Context, q *queueConfig, d broker.Delivery) {
+	msg := d.Message()
+	log := jobLog{l: w.log, id: msg.ID, queue: q.broker}
+	again := msg
+	again.Queue = q.broker
+	again.Headers = maps.Clone(msg.Headers)
+	done := w.hooks.publishing(ctx, w.backend.Name(), OpRedelivery, &again, 0, "")
+	err := w.backend.Publish(ctx, again)
+	done(err)
+	if err != nil {
+		w.settleFailed(log, "set aside", err)
+		requeue(d, log)
+		return
+	}
+	if err := d.Ack(context.Background()); err != nil {
+		w.settleFailed(log, "ack", err)
 	}
 }
 

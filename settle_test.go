@@ -91,6 +91,59 @@ func TestDefaultConcurrencyIsTheSumOfPrefetch(t *testing.T) {
 	}
 }
 
+// Jobs in flight beside a job that crashes its worker come back
+// redelivered with it and are counted too; each counted job then runs
+// alone, so only the one that crashes every time reaches PoisonAfter,
+// after exactly that many crashes, and its neighbours run to the end.
+func TestTheNeighboursOfAPoisonJobAreNotDeadLettered(t *testing.T) {
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{PoisonAfter: 3, Concurrency: 4}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		poison := mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{plan{Name: "poison", Block: 10 * time.Second}}))
+		var neighbours []string
+		for i := range 3 {
+			neighbours = append(neighbours, mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{plan{Name: fmt.Sprint("neighbour-", i), Block: time.Second}})))
+		}
+		inFlight := func() bool {
+			for _, id := range append(neighbours, poison) {
+				if len(h.Log.Of(id)) == 0 {
+					return false
+				}
+			}
+			return true
+		}
+		h.WaitFor("all four in flight", inFlight)
+		h.Backend.Disconnect(qAlpha) // the first crash: all four come back redelivered
+		for crash := 2; crash <= 3; crash++ {
+			h.WaitFor(fmt.Sprintf("run %d of the poison job", crash), func() bool { return len(h.Log.Of(poison)) == crash })
+			if n := h.Backend.InFlight(qAlpha); n != 1 {
+				t.Errorf("crash %d: %d deliveries in flight, want the poison job's alone", crash, n)
+			}
+			h.Backend.Disconnect(qAlpha)
+			// Unlike a real crash this leaves the handler running (a job
+			// run alone is not watched for a lost consumer): let it end.
+			h.Advance(10 * time.Second)
+		}
+		h.WaitFor("the poison dead letter", func() bool { return len(h.Backend.DeadLetters(qAlpha)) > 0 })
+		h.Advance(time.Minute)
+		if dl := h.Backend.DeadLetters(qAlpha); len(dl) != 1 || dl[0].ID != poison {
+			t.Errorf("dead letters: %d, want only the poison job's", len(dl))
+		}
+		if n := len(h.Log.Of(poison)); n != 3 {
+			t.Errorf("runs of the poison job: got %d, want 3", n)
+		}
+		acked := map[string]bool{}
+		for _, m := range h.Backend.Acked(qAlpha) {
+			acked[m.ID] = true
+		}
+		for i, id := range neighbours {
+			if !acked[id] {
+				t.Errorf("neighbour %d never ran to the end (%d runs)", i, len(h.Log.Of(id)))
+			}
+		}
+	})
+}
+
 // A job whose run keeps ending with its consumer lost (a worker crash, as
 // the broker sees it) is dead-lettered as poison after PoisonAfter
 // redeliveries; other jobs keep flowing.

@@ -50,8 +50,11 @@ type WorkerConfig struct {
 	// PoisonAfter dead-letters a job the broker has handed out this many
 	// times without it being settled: a job that crashes its worker
 	// process. Each redelivery republishes the job with its count (to the
-	// back of the queue). Deliveries given back by a graceful stop count
-	// too. Default 0: off.
+	// back of the queue). A counted job runs alone when it comes back: its
+	// queue's consumer stops, what it already holds runs first, then the
+	// job, so that a crash then counts no bystander; only the job that
+	// crashes every time reaches the limit. Deliveries given back by a
+	// graceful stop or a pause are counted too. Default 0: off.
 	PoisonAfter int
 	// RequeueDelay is how long a delivery whose retry, deferral or dead
 	// letter could not be published waits before it goes back to the
