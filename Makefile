@@ -43,7 +43,7 @@ bench:
 ## chaos: the fault-injection suite against the local RabbitMQ (package
 ## chaos; results in RELIABILITY.md): the short set that CI can run, plus
 ## the long faults (broker kill -9 and stop, frozen broker,
-## consumer_timeout, 3-minute soak) and the tests that pin known bugs.
+## consumer_timeout, 3-minute soak).
 ## It disturbs the broker: run it alone.
 chaos:
 	$(GO) vet ./chaos/...
