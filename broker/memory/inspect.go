@@ -65,7 +65,7 @@ func (b *Backend) Acked(queue string) []broker.Message {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if q, ok := b.queues[queue]; ok {
-		return slices.Clone(q.acked[max(0, len(q.acked)-b.keepAcked):])
+		return q.ackedLocked()
 	}
 	return nil
 }

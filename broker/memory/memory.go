@@ -63,12 +63,13 @@ func New(opts *Options) *Backend {
 
 type queue struct {
 	spec      broker.QueueSpec
-	declared  bool        // through Declare (dead queues are made alongside)
-	levels    [][]*stored // index = priority level; FIFO within a level
-	consumers []*consumer // those dispatched to
-	stopped   []*consumer // stopped, not yet ended: their deliveries still settle
-	next      int         // round-robin position among consumers
-	acked     []broker.Message
+	declared  bool             // through Declare (dead queues are made alongside)
+	levels    [][]*stored      // index = priority level; FIFO within a level
+	consumers []*consumer      // those dispatched to
+	stopped   []*consumer      // stopped, not yet ended: their deliveries still settle
+	next      int              // round-robin position among consumers
+	acked     []broker.Message // a ring of the newest KeepAcked acks, once full
+	ackedNext int              // where the next ack goes, once the ring is full
 }
 
 type stored struct {
@@ -549,8 +550,15 @@ func (b *Backend) recordAckLocked(q *queue, m broker.Message) {
 	if b.keepAcked == 0 {
 		return
 	}
-	q.acked = append(q.acked, m)
-	if len(q.acked) >= 2*b.keepAcked {
-		q.acked = slices.Clone(q.acked[len(q.acked)-b.keepAcked:])
+	if len(q.acked) < b.keepAcked {
+		q.acked = append(q.acked, m)
+		return
 	}
+	q.acked[q.ackedNext] = m
+	q.ackedNext = (q.ackedNext + 1) % len(q.acked)
+}
+
+// ackedLocked lists the remembered acks, oldest first.
+func (q *queue) ackedLocked() []broker.Message {
+	return append(slices.Clone(q.acked[q.ackedNext:]), q.acked[:q.ackedNext]...)
 }
