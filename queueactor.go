@@ -202,7 +202,7 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool,
 	resumeMu.Unlock()
 	switch {
 	case isolating && paused.IsZero() && a.stopping.Err() == nil && ctx.Err() == nil:
-		return a.isolate(handlerCtx, suspect, leftovers), true, nil
+		return a.isolate(handlerCtx, hardStop, suspect, leftovers), true, nil
 	case isolating: // paused or stopping: nothing more runs now
 		for _, d := range append(leftovers, suspect) {
 			requeue(d, jobLog{l: a.w.log, queue: a.q.broker})
@@ -231,8 +231,34 @@ func isSuspect(d broker.Delivery) bool {
 // suspected too are published again, unchanged, to run alone in their
 // turn), then, once they have all been settled, the suspect. The consumer
 // is stopped meanwhile. It returns when to resume, if a handler paused
-// the queue.
-func (a *queueActor) isolate(ctx context.Context, suspect broker.Delivery, leftovers []broker.Delivery) (resume time.Time) {
+// the queue. A worker that stops meanwhile starts nothing more, and
+// cancels what runs after ShutdownTimeout (hardStop).
+func (a *queueActor) isolate(ctx context.Context, hardStop context.CancelFunc, suspect broker.Delivery, leftovers []broker.Delivery) time.Time {
+	var resume time.Time
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resume = a.runIsolated(ctx, suspect, leftovers)
+	}()
+	select {
+	case <-done:
+		return resume
+	case <-a.stopping.Done():
+	}
+	timer := a.w.clock.Timer(a.w.shutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		a.w.log.Warn("shutdown timeout: cancelling running handlers", "queue", a.q.broker, "timeout", a.w.shutdownTimeout)
+		hardStop()
+		<-done
+	}
+	return resume
+}
+
+// runIsolated is isolate's work: the leftovers, then the suspect alone.
+func (a *queueActor) runIsolated(ctx context.Context, suspect broker.Delivery, leftovers []broker.Delivery) (resume time.Time) {
 	var mu sync.Mutex
 	pause := func(until time.Time) {
 		mu.Lock()

@@ -144,6 +144,30 @@ func TestTheNeighboursOfAPoisonJobAreNotDeadLettered(t *testing.T) {
 	})
 }
 
+// A worker stopping while a counted job runs alone waits for it up to
+// ShutdownTimeout, as for any running job, then cancels it.
+func TestAStopWaitsForAJobRunningAloneUpToTheShutdownTimeout(t *testing.T) {
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{PoisonAfter: 3, Concurrency: 4, ShutdownTimeout: 5 * time.Second}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		slow := mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{plan{Name: "slow", Block: time.Hour}}))
+		h.WaitFor("its first run", func() bool { return len(h.Log.Of(slow)) == 1 })
+		h.Backend.Disconnect(qAlpha) // counted: it runs alone next
+		h.WaitFor("its run alone", func() bool { return len(h.Log.Of(slow)) == 2 })
+		h.BeginStop()
+		from := h.Clock.Now()
+		if err := h.Stop(); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+		if took := h.Clock.Now().Sub(from); took < 5*time.Second || took > 6*time.Second {
+			t.Errorf("the stop took %v of virtual time, want the shutdown timeout (5s)", took)
+		}
+		if n := h.Backend.Pending(qAlpha) + h.Backend.InFlight(qAlpha); n != 1 {
+			t.Errorf("the cut-off job is not back on its queue: %d pending or in flight", n)
+		}
+	})
+}
+
 // A job whose run keeps ending with its consumer lost (a worker crash, as
 // the broker sees it) is dead-lettered as poison after PoisonAfter
 // redeliveries; other jobs keep flowing.
