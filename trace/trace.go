@@ -3,7 +3,9 @@ package trace
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -67,55 +69,179 @@ type Instrumentation struct {
 	duration       metric.Float64Histogram
 	lateness       metric.Float64Histogram
 	held           metric.Int64UpDownCounter
-	inFlight       metric.Int64UpDownCounter
+	inFlight       metric.Int64ObservableUpDownCounter
 	settleFailures metric.Int64Counter
 
-	queues sync.Map // queue name → *queueAttrs
+	queues cowMap[queueKey, *queueInfo]
 }
 
-// queueAttrs are one queue's metric attribute sets, made once: building a
-// set sorts and hashes it, which costs more than the measurement itself.
-type queueAttrs struct {
-	queue    metric.MeasurementOption
-	outcomes map[queuey.Result]metric.MeasurementOption
-	kinds    sync.Map // kind → metric.MeasurementOption
+// queueKey names a queue on a backend.
+type queueKey struct{ system, queue string }
+
+// queueInfo is what every span and measurement of one queue shares, made
+// once: span names, span start options and metric attribute sets. Making
+// them costs more than using them (building an attribute set sorts and
+// hashes it), and passing a slice made once to a variadic method does not
+// allocate where a fresh argument list would.
+type queueInfo struct {
+	queue string
+
+	process    string                      // "process <queue>"
+	processOpt []oteltrace.SpanStartOption // CONSUMER and its start attributes
+	send       sendInfo                    // into the queue (or one of its hold queues)
+	dead       sendInfo                    // into <queue>.dead
+
+	add      []metric.AddOption     // messaging.destination.name
+	record   []metric.RecordOption  // the same set
+	observe  []metric.ObserveOption // the same set
+	inFlight atomic.Int64           // deliveries taken up, not yet settled
+	outcomes [len(results)][]metric.AddOption
+	kinds    cowMap[string, []metric.RecordOption]
 }
 
-// results are the outcomes whose sets are made up front.
-var results = []queuey.Result{queuey.Succeeded, queuey.Retried, queuey.Deferred, queuey.DeadLettered, queuey.Requeued}
+// sendInfo is a destination's send span name and start options.
+type sendInfo struct {
+	name string
+	opt  []oteltrace.SpanStartOption
+}
 
-// attrsOf returns queue's attribute sets. Queue names and kinds come from
-// the application's QueueSet and handlers, so the cache stays small.
-func (in *Instrumentation) attrsOf(queue string) *queueAttrs {
-	if qa, ok := in.queues.Load(queue); ok {
-		return qa.(*queueAttrs)
+// results are the outcomes whose attribute sets are made up front, in the
+// order of resultIndex.
+var results = [...]queuey.Result{queuey.Succeeded, queuey.Retried, queuey.Deferred, queuey.DeadLettered, queuey.Requeued}
+
+func resultIndex(r queuey.Result) int {
+	switch r {
+	case queuey.Succeeded:
+		return 0
+	case queuey.Retried:
+		return 1
+	case queuey.Deferred:
+		return 2
+	case queuey.DeadLettered:
+		return 3
+	case queuey.Requeued:
+		return 4
 	}
+	return -1
+}
+
+// maxKinds bounds the job kinds whose attribute sets a queue keeps. The
+// handler duration, the only per-kind metric, is recorded for kinds that
+// have a handler, so the bound is not reached in practice; past it, sets
+// are made per measurement.
+const maxKinds = 256
+
+// The span start options every span of a kind shares.
+var (
+	producerKind = oteltrace.WithSpanKind(oteltrace.SpanKindProducer)
+	consumerKind = oteltrace.WithSpanKind(oteltrace.SpanKindConsumer)
+)
+
+// queue returns what queue's spans and measurements share. Queue names
+// come from the application's QueueSet, so the cache stays small.
+func (in *Instrumentation) queue(system, queue string) *queueInfo {
+	key := queueKey{system, queue}
+	if qi, ok := in.queues.load(key); ok {
+		return qi
+	}
+	return in.queues.store(key, newQueueInfo(system, queue), 0)
+}
+
+func newQueueInfo(system, queue string) *queueInfo {
+	sys := semconv.MessagingSystemKey.String(system)
 	q := semconv.MessagingDestinationName(queue)
-	qa := &queueAttrs{
-		queue:    metric.WithAttributeSet(attribute.NewSet(q)),
-		outcomes: make(map[queuey.Result]metric.MeasurementOption, len(results)),
+	set := metric.WithAttributeSet(attribute.NewSet(q))
+	qi := &queueInfo{
+		queue:   queue,
+		process: "process " + queue,
+		// The attributes the conventions ask for at a span's start, for
+		// samplers; the others are set once the span is known to record.
+		processOpt: []oteltrace.SpanStartOption{consumerKind, oteltrace.WithAttributes(
+			sys, semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"), q)},
+		send:    newSendInfo(sys, queue),
+		dead:    newSendInfo(sys, broker.DeadQueueName(queue)),
+		add:     []metric.AddOption{set},
+		record:  []metric.RecordOption{set},
+		observe: []metric.ObserveOption{set},
 	}
-	for _, r := range results {
-		qa.outcomes[r] = metric.WithAttributeSet(attribute.NewSet(q, AttrOutcome.String(string(r))))
+	for i, r := range results {
+		qi.outcomes[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(q, AttrOutcome.String(string(r))))}
 	}
-	actual, _ := in.queues.LoadOrStore(queue, qa)
-	return actual.(*queueAttrs)
+	return qi
 }
 
-func (qa *queueAttrs) outcome(queue string, r queuey.Result) metric.MeasurementOption {
-	if o, ok := qa.outcomes[r]; ok {
+func newSendInfo(sys attribute.KeyValue, dest string) sendInfo {
+	return sendInfo{
+		name: "send " + dest,
+		opt: []oteltrace.SpanStartOption{producerKind, oteltrace.WithAttributes(
+			sys, semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("send"), semconv.MessagingDestinationName(dest))},
+	}
+}
+
+// outcome returns the options that count a delivery with result r.
+func (qi *queueInfo) outcome(r queuey.Result) []metric.AddOption {
+	if i := resultIndex(r); i >= 0 {
+		return qi.outcomes[i]
+	}
+	return []metric.AddOption{metric.WithAttributes(semconv.MessagingDestinationName(qi.queue), AttrOutcome.String(string(r)))}
+}
+
+// kind returns the options that record a handler duration of kind.
+func (qi *queueInfo) kind(kind string) []metric.RecordOption {
+	if o, ok := qi.kinds.load(kind); ok {
 		return o
 	}
-	return metric.WithAttributes(semconv.MessagingDestinationName(queue), AttrOutcome.String(string(r)))
+	o := []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(semconv.MessagingDestinationName(qi.queue), AttrJobKind.String(kind)))}
+	return qi.kinds.store(kind, o, maxKinds)
 }
 
-func (qa *queueAttrs) kind(queue, kind string) metric.MeasurementOption {
-	if o, ok := qa.kinds.Load(kind); ok {
-		return o.(metric.MeasurementOption)
+// observeInFlight reports every queue's deliveries in flight. Two
+// queueInfos of one queue (one per backend) are added up by the SDK.
+func (in *Instrumentation) observeInFlight(_ context.Context, o metric.Observer) error {
+	if m := in.queues.m.Load(); m != nil {
+		for _, qi := range *m {
+			o.ObserveInt64(in.inFlight, qi.inFlight.Load(), qi.observe...)
+		}
 	}
-	o := metric.WithAttributeSet(attribute.NewSet(semconv.MessagingDestinationName(queue), AttrJobKind.String(kind)))
-	actual, _ := qa.kinds.LoadOrStore(kind, o)
-	return actual.(metric.MeasurementOption)
+	return nil
+}
+
+// cowMap is a map read without locks or allocations, for keys that are
+// added rarely: a store copies it.
+type cowMap[K comparable, V any] struct {
+	mu sync.Mutex // serialises stores
+	m  atomic.Pointer[map[K]V]
+}
+
+func (c *cowMap[K, V]) load(k K) (V, bool) {
+	if m := c.m.Load(); m != nil {
+		v, ok := (*m)[k]
+		return v, ok
+	}
+	var zero V
+	return zero, false
+}
+
+// store adds k unless it is there already, and returns its value. With a
+// positive limit, a map that has limit keys is left as it is.
+func (c *cowMap[K, V]) store(k K, v V, limit int) V {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var old map[K]V
+	if p := c.m.Load(); p != nil {
+		old = *p
+	}
+	if have, ok := old[k]; ok {
+		return have
+	}
+	if limit > 0 && len(old) >= limit {
+		return v
+	}
+	m := make(map[K]V, len(old)+1)
+	maps.Copy(m, old)
+	m[k] = v
+	c.m.Store(&m)
+	return v
 }
 
 // New creates the tracer and the instruments. It fails only when the meter
@@ -162,9 +288,14 @@ func New(opts *Options) (*Instrumentation, error) {
 		metric.WithUnit("{job}")); err != nil {
 		return nil, err
 	}
-	if in.inFlight, err = m.Int64UpDownCounter("queuey.jobs.in_flight",
+	if in.inFlight, err = m.Int64ObservableUpDownCounter("queuey.jobs.in_flight",
 		metric.WithDescription("Deliveries taken up and not yet settled."),
 		metric.WithUnit("{job}")); err != nil {
+		return nil, err
+	}
+	// Counted in the queue's own atomic counter and observed at collection:
+	// two measurements per delivery cost more than the rest of its metrics.
+	if _, err = m.RegisterCallback(in.observeInFlight, in.inFlight); err != nil {
 		return nil, err
 	}
 	if in.settleFailures, err = m.Int64Counter("queuey.settle.failures",
@@ -194,39 +325,16 @@ func holds(p *queuey.PublishInfo) bool {
 // publish starts a PRODUCER span "send <destination>" under ctx and puts
 // its context into the message's headers.
 func (in *Instrumentation) publish(ctx context.Context, p *queuey.PublishInfo) func(error) {
-	dest := p.Queue
+	qi := in.queue(p.System, p.Queue)
+	dest := &qi.send
 	if p.Op == queuey.OpDeadLetter {
-		dest = broker.DeadQueueName(p.Queue)
+		dest = &qi.dead
 	}
-	attrs := make([]attribute.KeyValue, 0, 14)
-	attrs = append(attrs,
-		semconv.MessagingSystemKey.String(p.System),
-		semconv.MessagingOperationTypeSend,
-		semconv.MessagingOperationName("send"),
-		semconv.MessagingDestinationName(dest),
-		AttrPublishOp.String(string(p.Op)),
-	)
-	if p.JobID != "" { // empty for the dead letter of a body that was not an envelope
-		attrs = append(attrs,
-			semconv.MessagingMessageID(p.JobID),
-			AttrJobKind.String(p.Kind),
-			AttrJobAttempt.Int(p.Attempt),
-			AttrJobDeferrals.Int(p.Deferrals),
-			AttrJobPriority.Int(p.Priority),
-		)
+	ctx, span := in.tracer.Start(ctx, dest.name, dest.opt...)
+	recording := span.IsRecording()
+	if recording {
+		setSendAttributes(span, p)
 	}
-	if p.CorrelationID != "" {
-		attrs = append(attrs, semconv.MessagingMessageConversationID(p.CorrelationID))
-	}
-	if p.Delay > 0 {
-		attrs = append(attrs, AttrDelayMs.Int64(p.Delay.Milliseconds()))
-	}
-	if p.Op == queuey.OpDeadLetter {
-		attrs = append(attrs, AttrDeadLetterReason.String(p.Reason))
-	}
-	ctx, span := in.tracer.Start(ctx, "send "+dest,
-		oteltrace.WithSpanKind(oteltrace.SpanKindProducer),
-		oteltrace.WithAttributes(attrs...))
 
 	if p.Headers == nil { // the core always gives a map; be safe anyway
 		p.Headers = map[string]string{}
@@ -246,16 +354,46 @@ func (in *Instrumentation) publish(ctx context.Context, p *queuey.PublishInfo) f
 		// headers: it is not held, whatever they said.
 		delete(p.Headers, HeaderHeld)
 	}
-	queue := p.Queue
+	if !recording && !held {
+		// Nothing to record, nothing to count: a span that does not
+		// record has nothing to end either.
+		return nil
+	}
 	return func(err error) {
 		if err != nil {
 			span.SetAttributes(semconv.ErrorType(err))
 			span.SetStatus(codes.Error, err.Error())
 		} else if held {
-			in.held.Add(ctx, 1, in.attrsOf(queue).queue)
+			in.held.Add(ctx, 1, qi.add...)
 		}
 		span.End()
 	}
+}
+
+// setSendAttributes gives a send span the attributes its start options do
+// not, in one call.
+func setSendAttributes(span oteltrace.Span, p *queuey.PublishInfo) {
+	attrs := make([]attribute.KeyValue, 0, 12)
+	attrs = append(attrs, AttrPublishOp.String(string(p.Op)))
+	if p.JobID != "" { // empty for the dead letter of a body that was not an envelope
+		attrs = append(attrs,
+			semconv.MessagingMessageID(p.JobID),
+			AttrJobKind.String(p.Kind),
+			AttrJobAttempt.Int(p.Attempt),
+			AttrJobDeferrals.Int(p.Deferrals),
+			AttrJobPriority.Int(p.Priority),
+		)
+	}
+	if p.CorrelationID != "" {
+		attrs = append(attrs, semconv.MessagingMessageConversationID(p.CorrelationID))
+	}
+	if p.Delay > 0 {
+		attrs = append(attrs, AttrDelayMs.Int64(p.Delay.Milliseconds()))
+	}
+	if p.Op == queuey.OpDeadLetter {
+		attrs = append(attrs, AttrDeadLetterReason.String(p.Reason))
+	}
+	span.SetAttributes(attrs...)
 }
 
 // deliver starts a CONSUMER span "process <queue>" as a child of the
@@ -269,14 +407,52 @@ func (in *Instrumentation) deliver(ctx context.Context, d *queuey.DeliveryInfo) 
 	ctx = in.propagator.Extract(ctx, propagation.MapCarrier(d.Headers))
 	creation := oteltrace.SpanContextFromContext(ctx)
 
-	jc := d.Job
+	qi := in.queue(d.System, d.Queue)
+	ctx, span := in.tracer.Start(ctx, qi.process, qi.processOpt...)
+	if creation.IsValid() {
+		// Added after the start rather than given to it, so that a span
+		// that does not record costs nothing for it: the link is the
+		// parent, which a sampler sees anyway.
+		span.AddLink(oteltrace.Link{SpanContext: creation})
+	}
+
+	qi.inFlight.Add(1)
+	if !d.DueAt.IsZero() {
+		in.lateness.Record(ctx, max(0, d.Started.Sub(d.DueAt)).Seconds(), qi.record...)
+	}
+	held := d.Headers[HeaderHeld] != ""
+	if held {
+		in.held.Add(ctx, -1, qi.add...)
+	}
+	return ctx, func(o queuey.Outcome) { in.finish(ctx, span, qi, d, held, o) }
+}
+
+// finish records what became of a delivery and ends its span.
+func (in *Instrumentation) finish(ctx context.Context, span oteltrace.Span, qi *queueInfo, d *queuey.DeliveryInfo, held bool, o queuey.Outcome) {
+	if span.IsRecording() {
+		annotate(span, &d.Job, &o)
+	}
+	in.jobs.Add(ctx, 1, qi.outcome(o.Result)...)
+	if o.HandlerDuration > 0 {
+		in.duration.Record(ctx, o.HandlerDuration.Seconds(), qi.kind(d.Job.Kind)...)
+	}
+	if o.SettleErr != nil {
+		in.settleFailures.Add(ctx, 1, qi.add...)
+	}
+	if held && o.Result == queuey.Requeued {
+		// Given back with its header: the next delivery counts it down again.
+		in.held.Add(ctx, 1, qi.add...)
+	}
+	qi.inFlight.Add(-1)
+	span.End()
+}
+
+// annotate gives a process span the job's attributes, which its start
+// options do not carry, and the outcome's, in one call, then its events
+// and status.
+func annotate(span oteltrace.Span, jc *queuey.JobContext, o *queuey.Outcome) {
+	errType, desc, failed := failure(o)
 	attrs := make([]attribute.KeyValue, 0, 12)
-	attrs = append(attrs,
-		semconv.MessagingSystemKey.String(d.System),
-		semconv.MessagingOperationTypeProcess,
-		semconv.MessagingOperationName("process"),
-		semconv.MessagingDestinationName(d.Queue),
-	)
 	if jc.JobID != "" { // empty when the body is not an envelope
 		attrs = append(attrs,
 			semconv.MessagingMessageID(jc.JobID),
@@ -290,30 +466,12 @@ func (in *Instrumentation) deliver(ctx context.Context, d *queuey.DeliveryInfo) 
 			attrs = append(attrs, semconv.MessagingMessageConversationID(jc.CorrelationID))
 		}
 	}
-	opts := []oteltrace.SpanStartOption{
-		oteltrace.WithSpanKind(oteltrace.SpanKindConsumer),
-		oteltrace.WithAttributes(attrs...),
+	attrs = append(attrs, AttrOutcome.String(string(o.Result)))
+	if failed {
+		attrs = append(attrs, semconv.ErrorTypeKey.String(errType))
 	}
-	if creation.IsValid() {
-		opts = append(opts, oteltrace.WithLinks(oteltrace.Link{SpanContext: creation}))
-	}
-	ctx, span := in.tracer.Start(ctx, "process "+d.Queue, opts...)
+	span.SetAttributes(attrs...)
 
-	queue := in.attrsOf(d.Queue).queue
-	in.inFlight.Add(ctx, 1, queue)
-	if !d.DueAt.IsZero() {
-		in.lateness.Record(ctx, max(0, d.Started.Sub(d.DueAt)).Seconds(), queue)
-	}
-	held := d.Headers[HeaderHeld] != ""
-	if held {
-		in.held.Add(ctx, -1, queue)
-	}
-	return ctx, func(o queuey.Outcome) { in.finish(ctx, span, d, held, o) }
-}
-
-// finish records what became of a delivery and ends its span.
-func (in *Instrumentation) finish(ctx context.Context, span oteltrace.Span, d *queuey.DeliveryInfo, held bool, o queuey.Outcome) {
-	span.SetAttributes(AttrOutcome.String(string(o.Result)))
 	// How the run failed comes first, then what was done about it.
 	if o.TimedOut {
 		span.AddEvent("timed_out")
@@ -335,33 +493,16 @@ func (in *Instrumentation) finish(ctx context.Context, span oteltrace.Span, d *q
 	if o.SettleErr != nil {
 		span.AddEvent("settle_failed", oteltrace.WithAttributes(AttrError.String(o.SettleErr.Error())))
 	}
-	if errType, desc, failed := failure(o); failed {
-		span.SetAttributes(semconv.ErrorTypeKey.String(errType))
+	if failed {
 		span.SetStatus(codes.Error, desc)
 	}
-
-	qa := in.attrsOf(d.Queue)
-	in.jobs.Add(ctx, 1, qa.outcome(d.Queue, o.Result))
-	if o.HandlerDuration > 0 {
-		in.duration.Record(ctx, o.HandlerDuration.Seconds(), qa.kind(d.Queue, d.Job.Kind))
-	}
-	if o.SettleErr != nil {
-		in.settleFailures.Add(ctx, 1, qa.queue)
-	}
-	if held && o.Result == queuey.Requeued {
-		// Given back with its header: the next delivery counts it down again.
-		in.held.Add(ctx, 1, qa.queue)
-	}
-	in.inFlight.Add(ctx, -1, qa.queue)
-	span.End()
 }
 
 // failure says whether the process span ends in error, with its error.type
 // and status description. A retry, a dead letter and a failed settlement
 // are errors; a deferral is not, nor is a delivery a stopping worker gave
 // back.
-func failure(o queuey.Outcome) (errType, desc string, failed bool) {
-	var fatal *queuey.FatalError
+func failure(o *queuey.Outcome) (errType, desc string, failed bool) {
 	switch {
 	case o.SettleErr != nil:
 		return "settle_failed", "settle failed: " + o.SettleErr.Error(), true
@@ -371,13 +512,18 @@ func failure(o queuey.Outcome) (errType, desc string, failed bool) {
 		return "timeout", errText(o.Err, "handler timed out"), true
 	case o.Panicked:
 		return "panic", "handler panicked", true
-	case errors.As(o.Err, &fatal):
+	case isFatal(o.Err):
 		return "fatal", o.Err.Error(), true
 	case o.Err != nil:
 		return semconv.ErrorType(o.Err).Value.AsString(), o.Err.Error(), true
 	default: // dead-lettered without running: no handler, or a body that does not decode
 		return semconv.ErrorTypeOther.Value.AsString(), o.Reason, true
 	}
+}
+
+func isFatal(err error) bool {
+	var fatal *queuey.FatalError
+	return errors.As(err, &fatal)
 }
 
 func errText(err error, otherwise string) string {
