@@ -105,7 +105,8 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool,
 	// A suspect of a crash (see isolate) stops the pulling too; it runs
 	// alone once the rest has run.
 	var suspect broker.Delivery
-	var setAside []broker.Delivery // more suspects, pulled meanwhile
+	var setAside []broker.Delivery  // more suspects, pulled meanwhile
+	var unstarted []broker.Delivery // pulled when the pulling stopped
 	quarantine := func(d broker.Delivery) {
 		resumeMu.Lock()
 		if suspect == nil {
@@ -119,11 +120,14 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool,
 	pumpCtx, stopPump := context.WithCancel(pullCtx)
 	defer stopPump()
 	pumped := make(chan error, 1)
+	var pumpHeld broker.Delivery // received when the pump was stopped
 	pumpDone := make(chan struct{})
 	lost := make(chan struct{}) // closed when the consumer ended on its own
 	go func() {
 		defer close(pumpDone)
-		pumped <- pump(pumpCtx, consumer, mb, lost)
+		why, held := pump(pumpCtx, consumer, mb, lost)
+		pumpHeld = held
+		pumped <- why
 	}()
 
 	// A fixed pool of handler goroutines takes deliveries from the mailbox:
@@ -142,7 +146,9 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool,
 					continue
 				}
 				if err := a.w.slots.Acquire(pullCtx, 1); err != nil {
-					requeue(d, jobLog{l: a.w.log, queue: a.q.broker})
+					resumeMu.Lock()
+					unstarted = append(unstarted, d)
+					resumeMu.Unlock()
 					return
 				}
 				select {
@@ -169,8 +175,12 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool,
 	// Pulled or sent before the stop, never started: back to the broker,
 	// unless a suspect is to run alone; then they run first (given back,
 	// they would come back redelivered, and suspects themselves).
+	<-pumpDone
 	resumeMu.Lock()
-	leftovers := append(setAside, mb.Drain()...)
+	leftovers := append(append(setAside, unstarted...), mb.Drain()...)
+	if pumpHeld != nil {
+		leftovers = append(leftovers, pumpHeld)
+	}
 	isolating := suspect != nil && why == nil
 	resumeMu.Unlock()
 	if why == nil {
@@ -178,13 +188,15 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool,
 			leftovers = append(leftovers, d)
 		}
 	}
-	if !isolating {
-		for _, d := range leftovers {
-			requeue(d, jobLog{l: a.w.log, queue: a.q.broker})
+	switch {
+	case why != nil: // stale: the broker has them back already
+		for _, d := range append(leftovers, suspect) {
+			if d != nil {
+				requeue(d, jobLog{l: a.w.log, queue: a.q.broker})
+			}
 		}
-		if suspect != nil {
-			requeue(suspect, jobLog{l: a.w.log, queue: a.q.broker})
-		}
+	case !isolating:
+		a.giveBack(leftovers...)
 	}
 	if why != nil {
 		// The consumer is gone and the broker has taken its deliveries
@@ -204,9 +216,7 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool,
 	case isolating && paused.IsZero() && a.stopping.Err() == nil && ctx.Err() == nil:
 		return a.isolate(handlerCtx, hardStop, suspect, leftovers), true, nil
 	case isolating: // paused or stopping: nothing more runs now
-		for _, d := range append(leftovers, suspect) {
-			requeue(d, jobLog{l: a.w.log, queue: a.q.broker})
-		}
+		a.giveBack(append(leftovers, suspect)...)
 		return paused, false, nil
 	case why == nil:
 		return paused, false, nil
@@ -275,7 +285,7 @@ func (a *queueActor) runIsolated(ctx context.Context, suspect broker.Delivery, l
 			continue
 		}
 		if err := a.w.slots.Acquire(a.stopping, 1); err != nil {
-			requeue(d, log)
+			a.giveBack(d)
 			continue
 		}
 		running.Go(func() {
@@ -285,7 +295,7 @@ func (a *queueActor) runIsolated(ctx context.Context, suspect broker.Delivery, l
 	}
 	running.Wait()
 	if err := a.w.slots.Acquire(a.stopping, 1); err != nil {
-		requeue(suspect, log)
+		a.giveBack(suspect)
 		return resume
 	}
 	defer a.w.slots.Release(1)
@@ -294,9 +304,32 @@ func (a *queueActor) runIsolated(ctx context.Context, suspect broker.Delivery, l
 	return resume
 }
 
-// setAside publishes a suspect again, unchanged, to the back of its queue,
-// and acks the delivery: it runs alone later. Should the publish fail, the
-// delivery goes back to the queue (and is counted once more).
+// giveBack returns deliveries that were not started to the broker, from a
+// live consumer: requeued, or, with PoisonAfter on, published again
+// unchanged and acked (setAside). A requeued delivery comes back flagged
+// as redelivered, and would be counted as if it had been in flight at a
+// crash; a copy goes to the back of its queue instead.
+func (a *queueActor) giveBack(ds ...broker.Delivery) {
+	log := jobLog{l: a.w.log, queue: a.q.broker}
+	for _, d := range ds {
+		if a.w.poisonAfter == 0 {
+			requeue(d, log)
+			continue
+		}
+		ctx, cancel := a.w.clock.WithTimeout(context.Background(), giveBackTimeout)
+		a.w.setAside(ctx, a.q, d)
+		cancel()
+	}
+}
+
+// giveBackTimeout bounds the publish of a delivery given back as a copy;
+// past it, the delivery is requeued.
+const giveBackTimeout = 10 * time.Second
+
+// setAside publishes d again, unchanged, to the back of its queue, and
+// acks it: a suspect that runs alone later, or a delivery given back.
+// Should the publish fail, the delivery is requeued instead (and counted
+// once more, if it comes back).
 func (w *Worker) setAside(ctx context.Context, q *queueConfig, d broker.Delivery) {
 	msg := d.Message()
 	log := jobLog{l: w.log, id: msg.ID, queue: q.broker}
@@ -317,25 +350,24 @@ func (w *Worker) setAside(ctx context.Context, q *queueConfig, d broker.Delivery
 }
 
 // pump moves deliveries from the consumer into the mailbox until ctx ends
-// (nil) or the consumer does (why; lost is closed first). It closes the
-// mailbox when it returns.
-func pump(ctx context.Context, c broker.Consumer, mb *mailbox.Mailbox[broker.Delivery], lost chan<- struct{}) error {
+// (nil, with the delivery it held, if any) or the consumer does (why; lost
+// is closed first). It closes the mailbox when it returns.
+func pump(ctx context.Context, c broker.Consumer, mb *mailbox.Mailbox[broker.Delivery], lost chan<- struct{}) (why error, held broker.Delivery) {
 	defer mb.Close()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return nil, nil
 		case d, ok := <-c.Deliveries():
 			if !ok {
 				// The broker took back what was not settled: the buffered
 				// deliveries are stale, so they are not started.
 				close(lost)
 				mb.Drain()
-				return fmt.Errorf("%w: %w", errConsumerLost, cmp.Or(c.Err(), broker.ErrClosed))
+				return fmt.Errorf("%w: %w", errConsumerLost, cmp.Or(c.Err(), broker.ErrClosed)), nil
 			}
 			if err := mb.Put(ctx, d); err != nil {
-				requeue(d, jobLog{})
-				return nil
+				return nil, d
 			}
 		}
 	}

@@ -168,6 +168,38 @@ func TestAStopWaitsForAJobRunningAloneUpToTheShutdownTimeout(t *testing.T) {
 	})
 }
 
+// Deliveries a pause gives back are not counted as redeliveries: with
+// PoisonAfter on, a queue paused again and again, its backlog prefetched
+// each time, dead-letters nothing as poison.
+func TestPausesDoNotMakePoison(t *testing.T) {
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{PoisonAfter: 1, Concurrency: 1}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j alphaJob, jc queuey.JobContext) error {
+			if j.Name == "limited" && jc.Deferrals < 3 {
+				return queuey.PauseQueue(time.Second, "429")
+			}
+			return nil
+		}))
+		limited := mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{named("limited")}))
+		var others []string
+		for i := range 3 {
+			others = append(others, mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{named(fmt.Sprint("other-", i))})))
+		}
+		h.Advance(time.Minute)
+		if dl := h.Backend.DeadLetters(qAlpha); len(dl) != 0 {
+			t.Errorf("dead letters after 3 pauses: %d (%s), want none", len(dl), dl[0].Reason)
+		}
+		if n := len(h.Log.Of(limited)); n != 4 {
+			t.Errorf("runs of the pausing job: %d, want 4", n)
+		}
+		for i, id := range others {
+			if n := len(h.Log.Of(id)); n != 1 {
+				t.Errorf("job %d of the backlog ran %d times, want once", i, n)
+			}
+		}
+	})
+}
+
 // A job whose run keeps ending with its consumer lost (a worker crash, as
 // the broker sees it) is dead-lettered as poison after PoisonAfter
 // redeliveries; other jobs keep flowing.

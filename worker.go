@@ -53,8 +53,11 @@ type WorkerConfig struct {
 	// back of the queue). A counted job runs alone when it comes back: its
 	// queue's consumer stops, what it already holds runs first, then the
 	// job, so that a crash then counts no bystander; only the job that
-	// crashes every time reaches the limit. Deliveries given back by a
-	// graceful stop or a pause are counted too. Default 0: off.
+	// crashes every time reaches the limit. Deliveries a graceful stop or
+	// a pause gives back unstarted are published again unchanged (to the
+	// back of the queue) and acked rather than requeued, so they are not
+	// counted; those of a lost connection are, as after a crash. Default
+	// 0: off.
 	PoisonAfter int
 	// RequeueDelay is how long a delivery whose retry, deferral or dead
 	// letter could not be published waits before it goes back to the

@@ -66,7 +66,7 @@ func (r *rig) startsOf(pid int) (n int, first time.Time) {
 func TestFaultCloseConnection(t *testing.T) {
 	needFaults(t)
 	r := newRig(t, "close_connection", rigOptions{})
-	const jobs, prefetch = 300, 4
+	const jobs, prefetch = 600, 4 // enough left for the third cut on a busy machine
 	r.enqueueBatch(jobs, chaos.Job{WorkMs: 200})
 	w := r.startWorker(workerOptions{prefetch: prefetch})
 	var reconnects, resumes []time.Duration
