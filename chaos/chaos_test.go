@@ -1007,7 +1007,7 @@ func TestFaultConsumerLossResumesAtOnce(t *testing.T) {
 	needFaults(t)
 	r := newRig(t, "consumer_loss_resume", rigOptions{})
 	r.enqueue(nil, chaos.Job{WorkMs: 10000}, 0, 10*time.Second)
-	r.enqueueBatch(200, chaos.Job{WorkMs: 50})
+	r.enqueueBatch(600, chaos.Job{WorkMs: 50}) // still work left after the cut on a busy machine
 	w := r.startWorker(workerOptions{prefetch: 4})
 	r.waitStarted(20, 30*time.Second)
 	win := closeConnection(t, w.name)

@@ -346,9 +346,13 @@ func closeConnection(t *testing.T, name string) chaos.Window {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		var pids []string
+		var pids []string // the consumers' first: that cut is the one a worker feels
 		for _, c := range listConns(t, name) {
-			if (c.Name == name || c.Name == name+" (consume)") && c.PID != "" {
+			switch {
+			case c.PID == "":
+			case c.Name == name+" (consume)":
+				pids = append([]string{c.PID}, pids...)
+			case c.Name == name:
 				pids = append(pids, c.PID)
 			}
 		}
