@@ -125,7 +125,7 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool,
 	lost := make(chan struct{}) // closed when the consumer ended on its own
 	go func() {
 		defer close(pumpDone)
-		why, held := pump(pumpCtx, consumer, mb, lost)
+		held, why := pump(pumpCtx, consumer, mb, lost)
 		pumpHeld = held
 		pumped <- why
 	}()
@@ -350,9 +350,9 @@ func (w *Worker) setAside(ctx context.Context, q *queueConfig, d broker.Delivery
 }
 
 // pump moves deliveries from the consumer into the mailbox until ctx ends
-// (nil, with the delivery it held, if any) or the consumer does (why; lost
+// (the delivery it held, if any, and nil) or the consumer does (why; lost
 // is closed first). It closes the mailbox when it returns.
-func pump(ctx context.Context, c broker.Consumer, mb *mailbox.Mailbox[broker.Delivery], lost chan<- struct{}) (why error, held broker.Delivery) {
+func pump(ctx context.Context, c broker.Consumer, mb *mailbox.Mailbox[broker.Delivery], lost chan<- struct{}) (held broker.Delivery, why error) {
 	defer mb.Close()
 	for {
 		select {
@@ -364,10 +364,10 @@ func pump(ctx context.Context, c broker.Consumer, mb *mailbox.Mailbox[broker.Del
 				// deliveries are stale, so they are not started.
 				close(lost)
 				mb.Drain()
-				return fmt.Errorf("%w: %w", errConsumerLost, cmp.Or(c.Err(), broker.ErrClosed)), nil
+				return nil, fmt.Errorf("%w: %w", errConsumerLost, cmp.Or(c.Err(), broker.ErrClosed))
 			}
 			if err := mb.Put(ctx, d); err != nil {
-				return nil, d
+				return d, nil
 			}
 		}
 	}
