@@ -69,8 +69,9 @@ type link struct {
 var _ broker.Backend = (*Backend)(nil)
 
 // Dial connects to the broker at rawURL (amqp:// or amqps://) and keeps the
-// connection up until Close. A first dial that fails is returned as an
-// error (credentials, a missing vhost, nobody listening) rather than retried.
+// connection up until Close (and the consumers' own, from the first
+// Consume). A first dial that fails is returned as an error (credentials,
+// a missing vhost, nobody listening) rather than retried.
 func Dial(ctx context.Context, rawURL string, opts *Options) (*Backend, error) {
 	o := opts.withDefaults()
 	b := &Backend{
@@ -96,7 +97,8 @@ func Dial(ctx context.Context, rawURL string, opts *Options) (*Backend, error) {
 }
 
 // superviseLocked starts the supervised connection actor that keeps l
-// connected until Close; first, when set, is its first connection.
+// connected until Close; first, when set, is its first connection. The
+// caller holds b.mu, or has not shared b yet.
 func (b *Backend) superviseLocked(l *link, first *amqp.Connection) {
 	sup := supervisor.New(supervisor.Spec{
 		Name:       "rabbitmq " + l.role,
