@@ -601,27 +601,37 @@ func (w *Worker) call(ctx context.Context, q *queueConfig, h handler, job Job, j
 		runCtx, cancel = w.clock.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	run := func(ctx context.Context) (err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				err = &panicError{value: r, stack: debug.Stack()}
-			}
-		}()
-		return h.run(ctx, job, jc)
+	var err error
+	if len(w.middleware) == 0 {
+		err = runGuarded(runCtx, h, job, jc) // no closures to allocate
+	} else {
+		run := func(ctx context.Context) error { return runGuarded(ctx, h, job, jc) }
+		for i := len(w.middleware) - 1; i >= 0; i-- {
+			m, next := w.middleware[i], run
+			run = func(ctx context.Context) error { return m(ctx, jc, next) }
+		}
+		err = run(runCtx)
 	}
-	for i := len(w.middleware) - 1; i >= 0; i-- {
-		m, next := w.middleware[i], run
-		run = func(ctx context.Context) error { return m(ctx, jc, next) }
+	if err == nil {
+		return nil
 	}
-	err := run(runCtx)
-	if err != nil && timeout > 0 && errors.Is(runCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+	if timeout > 0 && errors.Is(runCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
 		return &timeoutError{limit: timeout.String(), err: err}
 	}
-	var p *panicError
-	if errors.As(err, &p) {
+	if p, ok := errors.AsType[*panicError](err); ok {
 		w.log.Error("handler panicked", "job_id", jc.JobID, "kind", jc.Kind, "panic", fmt.Sprint(p.value), "stack", string(p.stack))
 	}
 	return err
+}
+
+// runGuarded runs the handler, turning a panic into a *panicError.
+func runGuarded(ctx context.Context, h handler, job Job, jc JobContext) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &panicError{value: r, stack: debug.Stack()}
+		}
+	}()
+	return h.run(ctx, job, jc)
 }
 
 type panicError struct {

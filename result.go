@@ -103,12 +103,15 @@ const (
 // classify reads a handler's result. For a deferral it also returns the
 // delay and reason, and whether the queue pauses.
 func classify(err error) (outcome, *DeferError, bool) {
+	if err == nil {
+		// Before the targets below: errors.As makes them escape, which
+		// would cost the common case three allocations.
+		return outcomeSuccess, nil, false
+	}
 	var d *DeferError
 	var p *PauseError
 	var f *FatalError
 	switch {
-	case err == nil:
-		return outcomeSuccess, nil, false
 	case errors.As(err, &d):
 		return outcomeDefer, d, false
 	case errors.As(err, &p):
