@@ -2,7 +2,6 @@ package queuey
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/queuey-go/queuey/broker"
@@ -119,26 +118,11 @@ type Outcome struct {
 	SettleErr error
 }
 
-// headerDue carries, in milliseconds since the Unix epoch, when a message
-// is due: its publish time, or the end of its hold. It lets a worker tell
-// how late a job started.
-const headerDue = "x-queuey-due-ms"
-
-// stampDue records on msg when it is due.
+// stampDue records on msg when it is due: its publish time, or the end of
+// its hold. It lets a worker tell how late a job started. (A field, not a
+// header: the memory backend carries it without formatting it.)
 func stampDue(msg *broker.Message, due time.Time) {
-	if msg.Headers == nil {
-		msg.Headers = map[string]string{}
-	}
-	msg.Headers[headerDue] = strconv.FormatInt(due.UnixMilli(), 10)
-}
-
-// dueAt reads the stamp back; zero when there is none.
-func dueAt(h map[string]string) time.Time {
-	ms, err := strconv.ParseInt(h[headerDue], 10, 64)
-	if err != nil {
-		return time.Time{}
-	}
-	return time.UnixMilli(ms)
+	msg.DueAt = due.Truncate(time.Millisecond)
 }
 
 // publishing tells the publish hook about msg and returns what to call

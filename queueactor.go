@@ -403,7 +403,7 @@ func requeue(d broker.Delivery, log jobLog) {
 // pause, called by a handler's PauseQueue, pauses the delivery's queue.
 func (w *Worker) process(ctx context.Context, q *queueConfig, hold *actor.Actor[holdRequest], d broker.Delivery, pause func(until time.Time)) {
 	msg := d.Message()
-	info := &DeliveryInfo{System: w.backend.Name(), Queue: q.broker, Headers: msg.Headers, DueAt: dueAt(msg.Headers), Started: w.clock.Now()}
+	info := &DeliveryInfo{System: w.backend.Name(), Queue: q.broker, Headers: msg.Headers, DueAt: msg.DueAt, Started: w.clock.Now()}
 	env, decodeErr := broker.DecodeEnvelope(msg.Body)
 	if decodeErr == nil {
 		info.Job = w.jobContext(q, env, d, info.Started)

@@ -65,6 +65,10 @@ type Message struct {
 	CorrelationID string
 	// Headers are extra string headers (trace context, for instance).
 	Headers map[string]string
+	// DueAt is when the message is due to run: its publish time, or the end
+	// of its hold; zero when the publisher did not say. On the wire it is
+	// the HeaderDue header, to the millisecond.
+	DueAt time.Time
 	// Body is the encoded envelope, or for a malformed delivery the raw bytes.
 	Body []byte
 }

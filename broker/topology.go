@@ -45,6 +45,9 @@ const (
 	HeaderOriginalQueue = "x-original-queue"
 	// HeaderAttempts is the attempt a dead letter had reached.
 	HeaderAttempts = "x-attempts"
+	// HeaderDue carries Message.DueAt in milliseconds since the Unix epoch,
+	// as a decimal string.
+	HeaderDue = "x-queuey-due-ms"
 )
 
 // maxHold is MaxHoldMs as a Duration, the Max reported by a DelayError.

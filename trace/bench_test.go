@@ -226,7 +226,7 @@ func BenchmarkHooks(b *testing.B) {
 			for b.Loop() {
 				p := &queuey.PublishInfo{
 					Op: queuey.OpEnqueue, System: "memory", Queue: qWork, JobID: "0196f5b4-7d2c-7c3e-9d5a-3b1f2e4c5d6e", Kind: "job",
-					Attempt: 1, Headers: map[string]string{"x-queuey-due-ms": "1767268800000"},
+					Attempt: 1, Headers: map[string]string{},
 				}
 				if done := hooks.Publish(ctx, p); done != nil {
 					done(nil)

@@ -38,7 +38,8 @@ var tests = []struct {
 		want := broker.Message{
 			Queue: q, ID: "0b4f3ad2-8a4e-4f1e-9a57-3f0b7f2f5c11", Type: "send_email", Priority: 3,
 			Attempt: 2, Deferrals: 4, CorrelationID: "order-17", Headers: map[string]string{"traceparent": "00-abc-def-01"},
-			Body: []byte(`{"job_id":"x","payload":{"to":"a@b.c"}}`),
+			DueAt: time.UnixMilli(1767268800123),
+			Body:  []byte(`{"job_id":"x","payload":{"to":"a@b.c"}}`),
 		}
 		e.publish(want)
 		d := e.recv(e.consume(q, 1), e.slack)

@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -208,6 +210,13 @@ func message(queue string, d amqp.Delivery) broker.Message {
 			m.Attempt = toUint32(v)
 		case k == broker.HeaderDeferrals:
 			m.Deferrals = toUint32(v)
+		case k == broker.HeaderDue:
+			// A stamp that does not parse (not ours) reads as none.
+			if s, ok := v.(string); ok {
+				if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
+					m.DueAt = time.UnixMilli(ms)
+				}
+			}
 		case k == "x-death" || strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-"):
 		default:
 			if m.Headers == nil {

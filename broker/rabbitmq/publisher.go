@@ -3,6 +3,7 @@ package rabbitmq
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -179,8 +180,8 @@ func (p *publisher) publish(ctx context.Context, queue string, pub amqp.Publishi
 }
 
 // publishing is msg on the wire (SPEC §7): JSON, persistent, message id =
-// job id, type = kind, priority, x-attempt and x-deferrals headers, plus
-// msg's own headers and extra.
+// job id, type = kind, priority, x-attempt and x-deferrals headers, the due
+// time (broker.HeaderDue) when set, plus msg's own headers and extra.
 func publishing(msg broker.Message, extra amqp.Table) amqp.Publishing {
 	headers := amqp.Table{
 		broker.HeaderAttempt:   msg.Attempt,
@@ -190,6 +191,9 @@ func publishing(msg broker.Message, extra amqp.Table) amqp.Publishing {
 		if _, reserved := headers[k]; !reserved {
 			headers[k] = v
 		}
+	}
+	if !msg.DueAt.IsZero() {
+		headers[broker.HeaderDue] = strconv.FormatInt(msg.DueAt.UnixMilli(), 10)
 	}
 	for k, v := range extra {
 		headers[k] = v
