@@ -93,6 +93,7 @@ func TestBadJobsAreRefusedAndNothingIsPublished(t *testing.T) {
 		{"unencodable payload", unencodable{C: make(chan int)}, queuey.ErrInvalidJob},
 		{"queue not in the set", elsewhere{}, queuey.ErrUnknownQueue},
 		{"oversize payload", alphaJob{plan{Name: strings.Repeat("x", 2000)}}, queuey.ErrMessageTooLarge},
+		{"payload under the limit, envelope over it", alphaJob{plan{Name: strings.Repeat("x", 950)}}, queuey.ErrMessageTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()

@@ -208,6 +208,12 @@ func (p *Producer) envelope(job Job, opts []EnqueueOption) (broker.Envelope, *qu
 	if err != nil {
 		return broker.Envelope{}, nil, fmt.Errorf("%w: encode %s: %v", ErrInvalidJob, job.Kind(), err)
 	}
+	if len(payload) > p.maxBytes {
+		// Refused before the envelope copies it: a job of hundreds of
+		// megabytes costs its encoding, not three more passes over it.
+		return broker.Envelope{}, nil, fmt.Errorf("%w: job %s's payload alone is %d bytes, over the limit of %d",
+			ErrMessageTooLarge, job.Kind(), len(payload), p.maxBytes)
+	}
 	env := broker.NewEnvelope(job.Kind(), q.broker, payload, p.clock.Now())
 	for _, o := range opts {
 		o(&env)
