@@ -151,6 +151,7 @@ type DeadLetterCause string
 // The causes of a dead letter.
 const (
 	CauseMalformed       DeadLetterCause = "malformed"        // the body is not an envelope
+	CauseTooLarge        DeadLetterCause = "too_large"        // the body is over WorkerConfig.MaxMessageBytes
 	CauseNoHandler       DeadLetterCause = "no_handler"       // no handler for the job's kind
 	CauseDecode          DeadLetterCause = "decode_error"     // the payload does not decode into the handler's type
 	CauseFatal           DeadLetterCause = "fatal"            // the handler returned Fatal

@@ -1,12 +1,15 @@
 package queuey_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/memory"
@@ -197,4 +200,48 @@ func TestEnqueueBatchReportsEachJob(t *testing.T) {
 	if ids, err := p.EnqueueBatch(t.Context(), nil); err != nil || len(ids) != 0 {
 		t.Errorf("empty batch: got %v, %v", ids, err)
 	}
+}
+
+// A worker dead-letters a body over its MaxMessageBytes verbatim, without
+// reading it as an envelope or running a handler, and goes on with the
+// next job.
+func TestAWorkerDoesNotReadABodyOverItsLimit(t *testing.T) {
+	var mu sync.Mutex
+	var causes []queuey.DeadLetterCause
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{MaxMessageBytes: 1024, OnDeadLetter: func(ctx context.Context, dl queuey.DeadLetterEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		causes = append(causes, dl.Cause)
+	}}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		big := mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{plan{Name: strings.Repeat("x", 2000)}}))
+		raw := bytes.Repeat([]byte("y"), 4096)
+		must(t, h.Backend.Publish(t.Context(), broker.Message{ID: "raw", Queue: qAlpha, Body: raw}))
+		fine := mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{named("fine")}))
+		h.Advance(time.Second)
+		if n := len(h.Log.Of(big)); n != 0 {
+			t.Errorf("the oversized job ran %d times", n)
+		}
+		if n := len(h.Log.Of(fine)); n != 1 {
+			t.Errorf("the next job ran %d times, want once", n)
+		}
+		dead := h.Backend.DeadLetters(qAlpha)
+		if len(dead) != 2 {
+			t.Fatalf("dead letters: %d, want 2", len(dead))
+		}
+		for _, d := range dead {
+			if !strings.HasPrefix(d.Reason, "too large: ") || len(d.Body) <= 1024 {
+				t.Errorf("dead letter %s: reason %q, %d bytes; want too large, verbatim", d.ID, d.Reason, len(d.Body))
+			}
+		}
+		if !bytes.Equal(dead[1].Body, raw) {
+			t.Errorf("the raw body was not dead-lettered verbatim")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if diff := cmp.Diff([]queuey.DeadLetterCause{queuey.CauseTooLarge, queuey.CauseTooLarge}, causes); diff != "" {
+			t.Errorf("causes (-want +got):\n%s", diff)
+		}
+	})
 }

@@ -404,8 +404,11 @@ func requeue(d broker.Delivery, log jobLog) {
 func (w *Worker) process(ctx context.Context, q *queueConfig, hold *actor.Actor[holdRequest], d broker.Delivery, pause func(until time.Time)) {
 	msg := d.Message()
 	info := &DeliveryInfo{System: w.backend.Name(), Queue: q.broker, Headers: msg.Headers, DueAt: msg.DueAt, Started: w.clock.Now()}
-	env, decodeErr := broker.DecodeEnvelope(msg.Body)
-	if decodeErr == nil {
+	var env broker.Envelope
+	var decodeErr error
+	if w.maxBytes >= 0 && len(msg.Body) > w.maxBytes {
+		decodeErr = &tooLargeError{size: len(msg.Body), limit: w.maxBytes}
+	} else if env, decodeErr = broker.DecodeEnvelope(msg.Body); decodeErr == nil {
 		info.Job = w.jobContext(q, env, d, info.Started)
 	}
 	finish := func(Outcome) {}
@@ -440,9 +443,13 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 	msg broker.Message, env broker.Envelope, decodeErr error, jc JobContext, pause func(until time.Time)) Outcome {
 	if decodeErr != nil {
 		log := jobLog{l: w.log, queue: q.broker}
-		log.Error("message body is not a valid envelope; dead-lettering it verbatim", "error", decodeErr)
 		msg.Queue = q.broker
 		msg.Headers = maps.Clone(msg.Headers) // the delivery's own are read-only
+		if tooLarge, ok := errors.AsType[*tooLargeError](decodeErr); ok {
+			log.Error("message body is over the worker's size limit; dead-lettering it verbatim, unread", "bytes", tooLarge.size, "limit", tooLarge.limit)
+			return w.deadLetter(ctx, log, d, msg, CauseTooLarge, tooLarge.Error(), decodeErr, jc)
+		}
+		log.Error("message body is not a valid envelope; dead-lettering it verbatim", "error", decodeErr)
 		return w.deadLetter(ctx, log, d, msg, CauseMalformed, "malformed envelope: "+decodeErr.Error(), decodeErr, jc)
 	}
 	env.Queue = q.broker // republish where it came from, whatever the body says
@@ -632,6 +639,13 @@ func runGuarded(ctx context.Context, h handler, job Job, jc JobContext) (err err
 		}
 	}()
 	return h.run(ctx, job, jc)
+}
+
+// tooLargeError: a body over WorkerConfig.MaxMessageBytes, not read.
+type tooLargeError struct{ size, limit int }
+
+func (e *tooLargeError) Error() string {
+	return fmt.Sprintf("too large: %d bytes, over the worker's limit of %d", e.size, e.limit)
 }
 
 type panicError struct {

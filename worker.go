@@ -59,6 +59,11 @@ type WorkerConfig struct {
 	// counted; those of a lost connection are, as after a crash. Default
 	// 0: off.
 	PoisonAfter int
+	// MaxMessageBytes dead-letters, verbatim and without decoding it, a
+	// delivery whose body is larger (cause CauseTooLarge): a worker need
+	// not read a body of any size the broker accepts. Default
+	// DefaultMaxMessageBytes, the producer's; negative: no limit.
+	MaxMessageBytes int
 	// RequeueDelay is how long a delivery whose retry, deferral or dead
 	// letter could not be published waits before it goes back to the
 	// queue. Default DefaultRequeueDelay.
@@ -80,6 +85,7 @@ type Worker struct {
 	shutdownTimeout time.Duration
 	requeueDelay    time.Duration
 	poisonAfter     int
+	maxBytes        int // negative: no limit
 	onDeadLetter    func(context.Context, DeadLetterEvent)
 
 	overridesMu sync.RWMutex
@@ -131,6 +137,7 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 		shutdownTimeout: cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout),
 		requeueDelay:    cmp.Or(cfg.RequeueDelay, DefaultRequeueDelay),
 		poisonAfter:     cfg.PoisonAfter,
+		maxBytes:        cmp.Or(cfg.MaxMessageBytes, DefaultMaxMessageBytes),
 		onDeadLetter:    cfg.OnDeadLetter,
 		byQueue:         map[string]RetryPolicy{},
 		byKind:          map[string]RetryPolicy{},
