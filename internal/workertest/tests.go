@@ -1,6 +1,7 @@
 package workertest
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -255,5 +256,27 @@ func correlationID(e *env) {
 		if r.CorrelationID != "order-7" {
 			t.Errorf("attempt %d deferrals %d: correlation id %q, want order-7", r.Attempt, r.Deferrals, r.CorrelationID)
 		}
+	}
+}
+
+// A body over the worker's MaxMessageBytes is dead-lettered verbatim, as
+// too large, without being read as an envelope; the next job runs.
+func tooLarge(e *env) {
+	t := e.t
+	e.start()
+	body := bytes.Repeat([]byte("y"), maxBytes+1)
+	must(t, e.backend.Publish(t.Context(), broker.Message{ID: "too-large", Queue: broker.QueueName(e.set.Prefix, other), Body: body}))
+	next := e.enqueue(otherJob{plan{Name: "next"}})
+	dead := e.deadLetters(1)
+	e.runsOf(next, 1)
+	if dead[0].Cause != queuey.CauseTooLarge || !strings.HasPrefix(dead[0].Reason, "too large: ") {
+		t.Errorf("dead letter: cause %s, reason %q; want too_large", dead[0].Cause, dead[0].Reason)
+	}
+	dl, err := queuey.NewDeadLetters(t.Context(), e.backend, e.set, nil)
+	must(t, err)
+	list, err := dl.List(t.Context(), other)
+	must(t, err)
+	if len(list) != 1 || !bytes.Equal(list[0].Body, body) || !list[0].Malformed {
+		t.Errorf("dead letters: %d; want the body verbatim (and not replayable)", len(list))
 	}
 }

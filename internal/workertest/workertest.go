@@ -51,6 +51,7 @@ func Run(t *testing.T, cfg Config) {
 		{"TheDeadLetterHookIsToldWhy", deadLetterHook},
 		{"DeadLettersAreListedShownAndReplayed", deadLetterReplay},
 		{"ACorrelationIDTravelsThroughRetriesAndDeferrals", correlationID},
+		{"ABodyOverTheWorkersLimitIsDeadLetteredUnread", tooLarge},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -76,6 +77,9 @@ const (
 	granularity = 100 * time.Millisecond
 	deferFor    = 100 * time.Millisecond
 )
+
+// maxBytes is the suite's worker's MaxMessageBytes.
+const maxBytes = 64 << 10
 
 // within is how long a test waits for what it expects before failing.
 const within = 20 * time.Second
@@ -169,10 +173,11 @@ func newEnv(t *testing.T, cfg Config) *env {
 		t.Fatal(err)
 	}
 	e.worker, err = queuey.NewWorker(e.backend, e.set, &queuey.WorkerConfig{
-		Concurrency:  1, // one job at a time: the order of runs is the queue's
-		Logger:       slog.New(slog.DiscardHandler),
-		OnDeadLetter: e.deadLettered,
-		Hooks:        &queuey.Hooks{Deliver: e.delivered},
+		Concurrency:     1, // one job at a time: the order of runs is the queue's
+		MaxMessageBytes: maxBytes,
+		Logger:          slog.New(slog.DiscardHandler),
+		OnDeadLetter:    e.deadLettered,
+		Hooks:           &queuey.Hooks{Deliver: e.delivered},
 	})
 	if err != nil {
 		t.Fatal(err)
