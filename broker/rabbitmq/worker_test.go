@@ -52,17 +52,17 @@ type rig struct {
 	producer *queuey.Producer
 	worker   *queuey.Worker
 
-	mu   sync.Mutex
-	runs []run
-	want int
-	done chan struct{}
-	stop context.CancelFunc
-	ran  chan error
+	mu      sync.Mutex
+	runs    []run
+	changed chan struct{} // closed and replaced at every run
+	want    int
+	stop    context.CancelFunc
+	ran     chan error
 }
 
 func newRig(t *testing.T, q queuey.Queue, opts *rabbitmq.Options) *rig {
 	t.Helper()
-	r := &rig{t: t, prefix: unique("worker"), done: make(chan struct{})}
+	r := &rig{t: t, prefix: unique("worker"), changed: make(chan struct{})}
 	t.Cleanup(func() { deletePrefixed(t, r.prefix) })
 	if opts == nil {
 		opts = &rabbitmq.Options{}
@@ -111,9 +111,8 @@ func (r *rig) record(name string, jc queuey.JobContext) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.runs = append(r.runs, run{JobContext: jc, Name: name, At: time.Now()})
-	if len(r.runs) == r.want {
-		close(r.done)
-	}
+	close(r.changed)
+	r.changed = make(chan struct{})
 }
 
 func (r *rig) enqueue(j job) string {
@@ -147,18 +146,27 @@ func (r *rig) shutdown() {
 
 func (r *rig) wait(within time.Duration) []run {
 	r.t.Helper()
-	select {
-	case <-r.done:
-	case <-time.After(within):
-		r.t.Fatalf("only %d of %d runs within %v", len(r.snapshot()), r.want, within)
-	}
-	return r.snapshot()
+	return r.until(fmt.Sprintf("%d runs", r.want), within, func(runs []run) bool { return len(runs) >= r.want })
 }
 
-func (r *rig) snapshot() []run {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.runs)
+// until waits up to within for cond to hold of the runs so far, and
+// returns them.
+func (r *rig) until(what string, within time.Duration, cond func([]run) bool) []run {
+	r.t.Helper()
+	deadline := time.After(within)
+	for {
+		r.mu.Lock()
+		runs, changed := slices.Clone(r.runs), r.changed
+		r.mu.Unlock()
+		if cond(runs) {
+			return runs
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			r.t.Fatalf("waited %v for %s; %d runs so far", within, what, len(runs))
+		}
+	}
 }
 
 func names(runs []run) string {
@@ -239,14 +247,7 @@ func TestTheWorkerSurvivesClosedConnections(t *testing.T) {
 		waitForRuns(t, r, (cut+1)*8)
 		closeConnection(t, name)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for distinct(r.snapshot()) < jobs && time.Now().Before(deadline) {
-		<-time.After(50 * time.Millisecond) // polls the broker-driven outcome
-	}
-	runs := r.snapshot()
-	if got := distinct(runs); got != jobs {
-		t.Fatalf("jobs that ran: got %d, want %d", got, jobs)
-	}
+	runs := r.until(fmt.Sprintf("all %d jobs", jobs), 30*time.Second, func(runs []run) bool { return distinct(runs) == jobs })
 	if dup := len(runs) - jobs; dup > 3*4 {
 		t.Errorf("%d duplicate runs, more than the prefetch (4) per cut", dup)
 	}
@@ -259,13 +260,7 @@ func TestTheWorkerSurvivesClosedConnections(t *testing.T) {
 
 func waitForRuns(t *testing.T, r *rig, n int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for len(r.snapshot()) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d runs, waiting for %d", len(r.snapshot()), n)
-		}
-		<-time.After(10 * time.Millisecond)
-	}
+	r.until(fmt.Sprintf("%d runs", n), 20*time.Second, func(runs []run) bool { return len(runs) >= n })
 }
 
 func distinct(runs []run) int {
