@@ -14,8 +14,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,6 +26,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/queuey-go/queuey/broker/rabbitmq"
+	"github.com/queuey-go/queuey/examples/internal/scratch"
 	"github.com/queuey-go/queuey/examples/internal/tour"
 )
 
@@ -48,7 +47,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the queues the tour made rather than deleting them")
 	flag.Parse()
 	o.url = cmp.Or(o.url, os.Getenv("QUEUEY_AMQP_URL"), defaultURL)
-	o.prefix = cmp.Or(o.prefix, uniquePrefix("quickstart"))
+	o.prefix = cmp.Or(o.prefix, scratch.Prefix("quickstart"))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	_, err := run(ctx, o, os.Stdout)
@@ -57,14 +56,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "rabbitmq example:", err)
 		os.Exit(1)
 	}
-}
-
-// uniquePrefix is name and a short random suffix, so that runs (and tests)
-// sharing a broker never share a queue.
-func uniquePrefix(name string) string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b) // never fails
-	return name + "-" + hex.EncodeToString(b)
 }
 
 // run connects, tours queuey, printing to out, then deletes the queues the
@@ -92,7 +83,7 @@ func run(ctx context.Context, o options, out io.Writer) (made []string, err erro
 		fmt.Fprintln(out, "kept them (-keep): hold queues expire by themselves, delete the rest with `rabbitmqctl delete_queue <name>`")
 		return made, err
 	}
-	if derr := deleteQueues(admin, made); derr != nil {
+	if derr := scratch.DeleteQueues(admin, made); derr != nil {
 		return made, errors.Join(err, derr)
 	}
 	fmt.Fprintf(out, "deleted them\n")
@@ -112,20 +103,4 @@ func pendingOn(conn *amqp.Connection) func(queue string) (int, error) {
 		q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
 		return q.Messages, err
 	}
-}
-
-// deleteQueues deletes queues whatever they hold. A queue that is gone
-// already (a hold queue expires by itself) is not an error to RabbitMQ.
-func deleteQueues(conn *amqp.Connection, queues []string) error {
-	ch, err := conn.Channel()
-	if err != nil {
-		return err
-	}
-	defer ch.Close()
-	for _, q := range queues {
-		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
-			return fmt.Errorf("delete queue %s: %w", q, err)
-		}
-	}
-	return nil
 }

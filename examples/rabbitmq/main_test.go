@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"net/url"
 	"os"
 	"slices"
@@ -12,9 +11,10 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/goleak"
 
+	"github.com/queuey-go/queuey/examples/internal/scratch"
+	"github.com/queuey-go/queuey/examples/internal/scratch/scratchtest"
 	"github.com/queuey-go/queuey/examples/internal/tourtest"
 )
 
@@ -23,13 +23,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // testOptions points the tour at QUEUEY_AMQP_URL, or the local broker, with
 // queues of its own.
 func testOptions() options {
-	return options{url: cmp.Or(os.Getenv("QUEUEY_AMQP_URL"), defaultURL), prefix: uniquePrefix("quickstart-test")}
+	return options{url: cmp.Or(os.Getenv("QUEUEY_AMQP_URL"), defaultURL), prefix: scratch.Prefix("quickstart-test")}
 }
-
-// needsBroker is added to a failure: without a broker the test fails,
-// rather than skipping, and says how to get one.
-const needsBroker = "this test needs RabbitMQ: start a local one with " +
-	"`rabbitmq-server -detached && rabbitmqctl await_startup`, or set QUEUEY_AMQP_URL to one that runs elsewhere"
 
 func TestTour(t *testing.T) {
 	o := testOptions()
@@ -38,7 +33,7 @@ func TestTour(t *testing.T) {
 	var out strings.Builder
 	made, err := run(ctx, o, &out)
 	if err != nil {
-		t.Fatalf("run: %v\n%s\noutput:\n%s", err, needsBroker, out.String())
+		t.Fatalf("run: %v\n%s\noutput:\n%s", err, scratchtest.NeedsBroker, out.String())
 	}
 	t.Logf("output:\n%s", out.String())
 	lines := tourtest.Lines(out.String())
@@ -58,7 +53,7 @@ func TestTour(t *testing.T) {
 				t.Errorf("queues made = %v, want %s among them", made, q)
 			}
 		}
-		assertGone(t, o.url, made)
+		scratchtest.AssertGone(t, o.url, made)
 	})
 }
 
@@ -71,12 +66,12 @@ func TestInterruptedCleansUp(t *testing.T) {
 	out := &cancelOn{line: "run  report 1", cancel: cancel}
 	made, err := run(ctx, o, out)
 	if err == nil || !strings.Contains(err.Error(), "interrupted") {
-		t.Fatalf("run = %v, want an interrupted error\n%s\noutput:\n%s", err, needsBroker, out.String())
+		t.Fatalf("run = %v, want an interrupted error\n%s\noutput:\n%s", err, scratchtest.NeedsBroker, out.String())
 	}
 	if !slices.Contains(made, o.prefix+".api.deferred.1000") {
 		t.Errorf("queues made = %v, want the API's hold queue among them", made)
 	}
-	assertGone(t, o.url, made)
+	scratchtest.AssertGone(t, o.url, made)
 }
 
 // cancelOn is an output that calls cancel once line is written: an
@@ -101,27 +96,4 @@ func (c *cancelOn) String() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.b.String()
-}
-
-// assertGone checks that none of queues exists: a passive declare of each,
-// on a connection of the test's own, must fail with 404 NOT_FOUND.
-func assertGone(t *testing.T, rawURL string, queues []string) {
-	t.Helper()
-	conn, err := amqp.Dial(rawURL)
-	if err != nil {
-		t.Fatalf("dial: %v\n%s", err, needsBroker)
-	}
-	defer conn.Close()
-	for _, q := range queues {
-		ch, err := conn.Channel()
-		if err != nil {
-			t.Fatalf("channel: %v", err)
-		}
-		_, err = ch.QueueDeclarePassive(q, false, false, false, false, nil)
-		var amqpErr *amqp.Error
-		if !errors.As(err, &amqpErr) || amqpErr.Code != amqp.NotFound {
-			t.Errorf("queue %s: passive declare = %v, want 404 NOT_FOUND: the queue was not deleted", q, err)
-		}
-		_ = ch.Close() // after a 404 the broker has closed it already
-	}
 }

@@ -32,8 +32,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -59,6 +57,7 @@ import (
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/memory"
 	"github.com/queuey-go/queuey/broker/rabbitmq"
+	"github.com/queuey-go/queuey/examples/internal/scratch"
 	"github.com/queuey-go/queuey/trace"
 )
 
@@ -179,7 +178,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) (sum summary
 	}
 	where := "the in-memory backend"
 	if cfg.URL != "" {
-		prefix = uniquePrefix("ratelimit")
+		prefix = scratch.Prefix("ratelimit")
 		where = fmt.Sprintf("RabbitMQ at %s, queue prefix %s", rabbitmq.Redact(cfg.URL), prefix)
 		// err is run's own below, so that the deferred deletion can add to it.
 		var rabbit *rabbitmq.Backend
@@ -200,7 +199,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) (sum summary
 		defer admin.Close()
 		defer func() {
 			names := made.sorted()
-			if derr := deleteQueues(admin, names); derr != nil {
+			if derr := scratch.DeleteQueues(admin, names); derr != nil {
 				err = errors.Join(err, derr)
 				return
 			}
@@ -512,28 +511,4 @@ func (r *recorder) Declare(ctx context.Context, queues ...broker.QueueSpec) erro
 func (r *recorder) Hold(ctx context.Context, msg broker.Message, ttl time.Duration) error {
 	r.made.add(broker.HoldQueueName(msg.Queue, ttl))
 	return r.Backend.Hold(ctx, msg, ttl)
-}
-
-// uniquePrefix is name and a short random suffix, so that runs (and tests)
-// sharing a broker never share a queue.
-func uniquePrefix(name string) string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b) // never fails
-	return name + "-" + hex.EncodeToString(b)
-}
-
-// deleteQueues deletes queues whatever they hold. A queue that is gone
-// already (a hold queue expires by itself) is not an error to RabbitMQ.
-func deleteQueues(conn *amqp.Connection, queues []string) error {
-	ch, err := conn.Channel()
-	if err != nil {
-		return err
-	}
-	defer ch.Close()
-	for _, q := range queues {
-		if _, err := ch.QueueDelete(q, false, false, false); err != nil {
-			return fmt.Errorf("delete queue %s: %w", q, err)
-		}
-	}
-	return nil
 }

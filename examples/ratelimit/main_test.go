@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -17,7 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/queuey-go/queuey/examples/internal/scratch/scratchtest"
 	"go.uber.org/goleak"
 )
 
@@ -231,7 +230,7 @@ func TestRabbitMQ(t *testing.T) {
 	var out, errs syncBuilder
 	sum, err := run(ctx, cfg, &out, &errs)
 	if err != nil {
-		t.Fatalf("run: %v\n%s\nstdout:\n%s\nstderr:\n%s", err, needsBroker, out.String(), errs.String())
+		t.Fatalf("run: %v\n%s\nstdout:\n%s\nstderr:\n%s", err, scratchtest.NeedsBroker, out.String(), errs.String())
 	}
 	t.Logf("output:\n%s", out.String())
 	for _, m := range sum.Modes {
@@ -248,36 +247,7 @@ func TestRabbitMQ(t *testing.T) {
 	if !strings.Contains(out.String(), "deleted the queues made: ") {
 		t.Errorf("the output does not say the queues were deleted")
 	}
-	assertGone(t, url, sum.Queues)
-}
-
-const needsBroker = "this test needs RabbitMQ: start a local one with " +
-	"`rabbitmq-server -detached && rabbitmqctl await_startup`, or set QUEUEY_AMQP_URL to one that runs elsewhere"
-
-// assertGone checks that none of queues exists: a passive declare of each
-// must fail with 404 NOT_FOUND.
-func assertGone(t *testing.T, rawURL string, queues []string) {
-	t.Helper()
-	if len(queues) == 0 {
-		t.Fatal("no queues to check")
-	}
-	conn, err := amqp.Dial(rawURL)
-	if err != nil {
-		t.Fatalf("dial: %v\n%s", err, needsBroker)
-	}
-	defer conn.Close()
-	for _, q := range queues {
-		ch, err := conn.Channel()
-		if err != nil {
-			t.Fatalf("channel: %v", err)
-		}
-		_, err = ch.QueueDeclarePassive(q, false, false, false, false, nil)
-		var amqpErr *amqp.Error
-		if !errors.As(err, &amqpErr) || amqpErr.Code != amqp.NotFound {
-			t.Errorf("queue %s: passive declare = %v, want 404 NOT_FOUND: the queue was not deleted", q, err)
-		}
-		_ = ch.Close() // after a 404 the broker has closed it already
-	}
+	scratchtest.AssertGone(t, url, sum.Queues)
 }
 
 func TestOneMode(t *testing.T) {
