@@ -19,6 +19,7 @@ import (
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/rabbitmq"
+	"github.com/queuey-go/queuey/broker/rabbitmq/rabbittest"
 	"github.com/queuey-go/queuey/chaos"
 )
 
@@ -52,7 +53,7 @@ func (r *rig) startInWorker(o inOptions) *inWorker {
 	o.opts.ConnectionName = r.prefix + ".inworker"
 	o.opts.Logger = log
 	o.opts.ReconnectMin, o.opts.ReconnectMax = 50*time.Millisecond, time.Second
-	b := r.dial(cmpOr(o.url, amqpURL()), &o.opts)
+	b := r.dial(cmpOr(o.url, rabbittest.URL()), &o.opts)
 	hooks := &queuey.Hooks{Deliver: func(ctx context.Context, d *queuey.DeliveryInfo) (context.Context, func(queuey.Outcome)) {
 		return ctx, func(out queuey.Outcome) {
 			iw.mu.Lock()
@@ -140,7 +141,7 @@ func cmpOr[T comparable](a, b T) T {
 func (r *rig) rawChannel() (*amqp.Connection, *amqp.Channel) {
 	t := r.t
 	t.Helper()
-	conn, err := amqp.DialConfig(amqpURL(), amqp.Config{Properties: amqp.Table{"connection_name": r.prefix + ".raw"}})
+	conn, err := amqp.DialConfig(rabbittest.URL(), amqp.Config{Properties: amqp.Table{"connection_name": r.prefix + ".raw"}})
 	if err != nil {
 		t.Fatal(err)
 	}

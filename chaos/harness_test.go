@@ -29,6 +29,7 @@ import (
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/rabbitmq"
+	"github.com/queuey-go/queuey/broker/rabbitmq/rabbittest"
 	"github.com/queuey-go/queuey/chaos"
 )
 
@@ -76,10 +77,6 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
-}
-
-func amqpURL() string {
-	return cmp.Or(os.Getenv("QUEUEY_AMQP_URL"), "amqp://guest:guest@127.0.0.1:5672/")
 }
 
 var (
@@ -258,7 +255,7 @@ func listQueues(t *testing.T, prefix string) map[string]queueRow {
 // returns how many are left (a leak if any).
 func deletePrefixed(t *testing.T, prefix string) int {
 	t.Helper()
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(rabbittest.URL())
 	if err != nil {
 		t.Errorf("cleanup: %v", err)
 		return -1
@@ -471,7 +468,7 @@ type rig struct {
 
 type rigOptions struct {
 	prefetch int
-	url      string // the producer's broker URL (a proxy), default amqpURL()
+	url      string // the producer's broker URL (a proxy), default rabbittest.URL()
 	opts     rabbitmq.Options
 }
 
@@ -494,7 +491,7 @@ func newRig(t *testing.T, fault string, o rigOptions) *rig {
 	o.opts.Logger = slog.New(slog.NewJSONHandler(r.prodLogs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	o.opts.ReconnectMin = cmp.Or(o.opts.ReconnectMin, 50*time.Millisecond)
 	o.opts.ReconnectMax = cmp.Or(o.opts.ReconnectMax, time.Second)
-	r.backend = r.dial(cmp.Or(o.url, amqpURL()), &o.opts)
+	r.backend = r.dial(cmp.Or(o.url, rabbittest.URL()), &o.opts)
 	var err error
 	r.producer, err = queuey.NewProducer(t.Context(), r.backend, chaos.QueueSet(r.prefix, cmp.Or(o.prefetch, 4)), nil)
 	if err != nil {
@@ -520,7 +517,7 @@ func (r *rig) dial(url string, opts *rabbitmq.Options) *rabbitmq.Backend {
 // newProducer is another producer with a connection of its own.
 func (r *rig) newProducer(name string) *queuey.Producer {
 	r.t.Helper()
-	b := r.dial(amqpURL(), &rabbitmq.Options{
+	b := r.dial(rabbittest.URL(), &rabbitmq.Options{
 		ConnectionName: r.prefix + "." + name, ReconnectMin: 50 * time.Millisecond, ReconnectMax: time.Second,
 		Logger: slog.New(slog.NewJSONHandler(r.prodLogs, nil)),
 	})
@@ -568,7 +565,7 @@ func (r *rig) enqueue(p *queuey.Producer, tmpl chaos.Job, delay, deadline time.D
 // lose it.
 func (r *rig) withdraw(seq int, queue string) {
 	r.t.Helper()
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(rabbittest.URL())
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -713,7 +710,7 @@ func readDead(t *testing.T, queue string) map[string]string {
 // gives them back (the channel closes unacked).
 func getAll(t *testing.T, queue string) []amqp.Delivery {
 	t.Helper()
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(rabbittest.URL())
 	if err != nil {
 		t.Fatalf("read %s: %v", queue, err)
 	}
@@ -972,7 +969,7 @@ func (r *rig) startWorker(o workerOptions) *proc {
 		r.t.Fatal(err)
 	}
 	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = append(os.Environ(), "QUEUEY_AMQP_URL="+cmp.Or(o.url, amqpURL()))
+	p.cmd.Env = append(os.Environ(), "QUEUEY_AMQP_URL="+cmp.Or(o.url, rabbittest.URL()))
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	if err := p.cmd.Start(); err != nil {
 		logf.Close()

@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -14,44 +12,12 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/google/go-cmp/cmp"
-	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/rabbitmq"
+	"github.com/queuey-go/queuey/broker/rabbitmq/rabbittest"
 )
-
-func amqpURL() string {
-	if u := os.Getenv("QUEUEY_AMQP_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
-}
-
-// deleteQueues removes queues on a connection of its own; a queue that is
-// already gone (a hold queue expires on its own) is fine.
-func deleteQueues(t *testing.T, names ...string) {
-	t.Helper()
-	conn, err := amqp.Dial(amqpURL())
-	if err != nil {
-		t.Errorf("cleanup: %v", err)
-		return
-	}
-	defer conn.Close()
-	for _, name := range names {
-		ch, err := conn.Channel() // a failed delete closes its channel
-		if err != nil {
-			t.Errorf("cleanup: %v", err)
-			return
-		}
-		_, err = ch.QueueDelete(name, false, false, false)
-		var ae *amqp.Error
-		if err != nil && !(errors.As(err, &ae) && ae.Code == amqp.NotFound) {
-			t.Errorf("cleanup: delete %s: %v", name, err)
-		}
-		_ = ch.Close()
-	}
-}
 
 // The trace context survives a real broker: through the work queue, and
 // through a hold queue's dead-lettering back to it.
@@ -63,16 +29,16 @@ func TestTheTraceContextTravelsThroughRabbitMQ(t *testing.T) {
 	set := queuey.QueueSet{Prefix: prefix, Queues: []queuey.Queue{work}, DeferGranularity: deferFor}
 	queue := broker.QueueName(prefix, work.Name)
 	t.Cleanup(func() {
-		deleteQueues(t, queue, broker.DeadQueueName(queue), broker.HoldQueueName(queue, deferFor))
+		rabbittest.DeleteQueues(t, queue, broker.DeadQueueName(queue), broker.HoldQueueName(queue, deferFor))
 	})
 
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	backend, err := rabbitmq.Dial(ctx, amqpURL(), &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
+	backend, err := rabbitmq.Dial(ctx, rabbittest.URL(), &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatalf("this test needs RabbitMQ at %s: %v\n"+
 			"start a local one with `rabbitmq-server -detached && rabbitmqctl await_startup`, "+
-			"or set QUEUEY_AMQP_URL to one that runs elsewhere", rabbitmq.Redact(amqpURL()), err)
+			"or set QUEUEY_AMQP_URL to one that runs elsewhere", rabbitmq.Redact(rabbittest.URL()), err)
 	}
 	t.Cleanup(func() { _ = backend.Close() })
 

@@ -17,6 +17,7 @@ import (
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/rabbitmq"
+	"github.com/queuey-go/queuey/broker/rabbitmq/rabbittest"
 )
 
 // The benchmarks compare the library with plain amqp091-go on the same
@@ -39,7 +40,7 @@ func dialB(b *testing.B) *rabbitmq.Backend {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	be, err := rabbitmq.Dial(ctx, amqpURL(), &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
+	be, err := rabbitmq.Dial(ctx, rabbittest.URL(), &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatalf("these benchmarks need RabbitMQ: %v", err)
 	}
@@ -49,7 +50,7 @@ func dialB(b *testing.B) *rabbitmq.Backend {
 // dialRaw opens a plain amqp091 connection.
 func dialRaw(b *testing.B) *amqp.Connection {
 	b.Helper()
-	conn, err := amqp.Dial(amqpURL())
+	conn, err := amqp.Dial(rabbittest.URL())
 	if err != nil {
 		b.Fatalf("these benchmarks need RabbitMQ: %v", err)
 	}
@@ -60,23 +61,11 @@ func dialRaw(b *testing.B) *amqp.Connection {
 // connection of its own.
 func deleteQueuesB(b *testing.B, queues ...string) {
 	b.Helper()
-	conn, err := amqp.Dial(amqpURL())
-	if err != nil {
-		b.Errorf("cleanup: %v", err)
-		return
-	}
-	defer conn.Close()
+	var names []string
 	for _, q := range queues {
-		for _, name := range []string{q, broker.DeadQueueName(q)} {
-			ch, err := conn.Channel()
-			if err != nil {
-				b.Errorf("cleanup: %v", err)
-				return
-			}
-			_, _ = ch.QueueDelete(name, false, false, false) // may not exist (raw has no .dead)
-			_ = ch.Close()
-		}
+		names = append(names, q, broker.DeadQueueName(q)) // raw has no .dead: gone is fine
 	}
+	rabbittest.DeleteQueues(b, names...)
 }
 
 // declareRaw declares queue exactly as the backend does for a durable

@@ -23,6 +23,7 @@ import (
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/rabbitmq"
+	"github.com/queuey-go/queuey/broker/rabbitmq/rabbittest"
 )
 
 const sentinel = "s3cr3t-sentinel-pw"
@@ -108,7 +109,7 @@ func (pJob) Queue() queuey.Queue { return queuey.Queue{Name: "work"} }
 func TestAChangedMaxPriorityIsAClearErrorOnTheBroker(t *testing.T) {
 	prefix := unique("prio")
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
-	b := dial(t, nil)
+	b := rabbittest.Dial(t, nil)
 	defer b.Close()
 	set := queuey.QueueSet{Prefix: prefix, Queues: []queuey.Queue{{Name: "work"}}}
 	if _, err := queuey.NewProducer(t.Context(), b, set, nil); err != nil {
@@ -254,7 +255,7 @@ func selfSigned(t *testing.T) tls.Certificate {
 }
 
 func TestFormattingABackendNeverShowsThePassword(t *testing.T) {
-	b := dial(t, nil)
+	b := rabbittest.Dial(t, nil)
 	defer b.Close()
 	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
 		if got := fmt.Sprintf(verb, b); strings.Contains(got, "guest@") && !strings.Contains(got, "xxxxx") {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/broker/rabbitmq/rabbittest"
 )
 
 type topoJob struct{}
@@ -28,7 +29,7 @@ func (plainJob) Queue() queuey.Queue { return queuey.Queue{Name: "plain"} }
 func TestTopologyReadBackFromTheBroker(t *testing.T) {
 	prefix := unique("topo")
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
-	b := dial(t, nil)
+	b := rabbittest.Dial(t, nil)
 	defer b.Close()
 	set := queuey.QueueSet{Prefix: prefix, Queues: []queuey.Queue{
 		{Name: "emails"},
@@ -68,7 +69,7 @@ func TestTopologyReadBackFromTheBroker(t *testing.T) {
 func TestUnroutablePublishesAreNeverReportedAsSent(t *testing.T) {
 	prefix := unique("returns")
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
-	b := dial(t, &rabbitmqOptionsFewChannels)
+	b := rabbittest.Dial(t, &rabbitmqOptionsFewChannels)
 	defer b.Close()
 	q := prefix + ".work"
 	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
@@ -109,7 +110,7 @@ func TestUnroutablePublishesAreNeverReportedAsSent(t *testing.T) {
 func TestAHoldQueueFedForThreeTTLsLosesNothing(t *testing.T) {
 	prefix := unique("feed")
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
-	b := dial(t, nil)
+	b := rabbittest.Dial(t, nil)
 	defer b.Close()
 	q := prefix + ".work"
 	ctx := t.Context()
@@ -156,7 +157,7 @@ func TestAHoldQueueFedForThreeTTLsLosesNothing(t *testing.T) {
 func TestADeletedHoldQueueIsDeclaredAgainAtOnce(t *testing.T) {
 	prefix := unique("holddel")
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
-	b := dial(t, nil)
+	b := rabbittest.Dial(t, nil)
 	defer b.Close()
 	q := prefix + ".work"
 	ctx := t.Context()

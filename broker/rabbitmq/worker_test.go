@@ -16,6 +16,7 @@ import (
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/rabbitmq"
+	"github.com/queuey-go/queuey/broker/rabbitmq/rabbittest"
 	"github.com/queuey-go/queuey/internal/workertest"
 )
 
@@ -70,7 +71,7 @@ func newRig(t *testing.T, q queuey.Queue, opts *rabbitmq.Options) *rig {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	r.backend = dial(t, opts)
+	r.backend = rabbittest.Dial(t, opts)
 	t.Cleanup(func() { _ = r.backend.Close() })
 	set := queuey.QueueSet{Prefix: r.prefix, Queues: []queuey.Queue{q}, RetryGranularity: 100 * time.Millisecond, DeferGranularity: 100 * time.Millisecond}
 	var err error
@@ -392,7 +393,7 @@ func TestFaultAMemoryAlarmBlocksPublishesUntilTheirDeadline(t *testing.T) {
 	}
 	prefix := unique("alarm")
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
-	b := dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
+	b := rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
 	defer b.Close()
 	q := prefix + ".work"
 	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
@@ -432,7 +433,7 @@ func TestFaultAMemoryAlarmBlocksPublishesUntilTheirDeadline(t *testing.T) {
 func TestWorkerSuite(t *testing.T) {
 	workertest.Run(t, workertest.Config{
 		New: func(t *testing.T) broker.Backend {
-			return dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
+			return rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
 		},
 		Cleanup: deletePrefixed,
 	})
