@@ -485,14 +485,36 @@ func TestFaultHalfOpenConnection(t *testing.T) {
 	r := newRig(t, "half_open", rigOptions{url: via, opts: rabbitmq.Options{Heartbeat: heartbeat}})
 	r.onSettle(proxy.close)
 	w := r.startWorker(workerOptions{prefetch: 4, heartbeat: heartbeat, url: via})
+	silenceTest(r, w, silence{
+		window: "blackhole", what: "a blackholed connection", heal: "heal", backFigure: "worker_back_after_heal",
+		heartbeat: heartbeat, enqueues: 3, hold: 5 * time.Second, backWithin: 20 * time.Second,
+		cut: proxy.blackhole, restore: proxy.heal,
+	})
+}
+
+// silence is a fault that leaves the path to the broker open but silent
+// (no byte gets through), for silenceTest.
+type silence struct {
+	window, what, heal, backFigure string // the fault's window name, and words for its figures and failures
+	heartbeat                      time.Duration
+	enqueues                       int           // enqueues tried during the fault, each with a 2 s deadline
+	hold                           time.Duration // from the cut to the restore
+	backWithin                     time.Duration // how soon after the restore the worker must be back
+	cut, restore                   func()
+}
+
+// silenceTest runs a silence fault on a rig whose worker w runs jobs:
+// worker and producer must notice within two heartbeats, enqueues during
+// it must fail by their deadline, and everything drains after.
+func silenceTest(r *rig, w *proc, f silence) {
+	t := r.t
 	r.enqueueBatch(60, chaos.Job{WorkMs: 100})
 	r.waitStarted(10, 30*time.Second)
 	at := time.Now()
-	proxy.blackhole()
-	// Enqueues during the outage, each with a 2 s deadline.
+	f.cut()
 	var blocked []time.Duration
 	var errs, oks int
-	for range 3 {
+	for range f.enqueues {
 		start := time.Now()
 		a := r.enqueue(nil, chaos.Job{}, 0, 2*time.Second)
 		blocked = append(blocked, time.Since(start))
@@ -504,13 +526,11 @@ func TestFaultHalfOpenConnection(t *testing.T) {
 	}
 	workerLost, wOK := waitLog(t, w.log, "rabbitmq connection lost; reconnecting", at, 10*time.Second)
 	prodLost, pOK := waitLog(t, r.prodLogs.String, "rabbitmq connection lost; reconnecting", at, 10*time.Second)
-	if remaining := 5*time.Second - time.Since(at); remaining > 0 {
-		time.Sleep(remaining)
-	}
-	healed := time.Now()
-	proxy.heal()
-	r.addFault(chaos.Window{Name: "blackhole", From: at, To: healed})
-	back, backOK := waitLog(t, w.log, "rabbitmq reconnected", healed, 20*time.Second)
+	time.Sleep(time.Until(at.Add(f.hold))) // the fault lasts this long
+	restored := time.Now()
+	f.restore()
+	r.addFault(chaos.Window{Name: f.window, From: at, To: restored})
+	back, backOK := waitLog(t, w.log, "rabbitmq reconnected", restored, f.backWithin)
 	for range 20 {
 		r.enqueue(nil, chaos.Job{}, 0, 20*time.Second)
 	}
@@ -520,24 +540,24 @@ func TestFaultHalfOpenConnection(t *testing.T) {
 		s.Figure("producer_detect", prodLost.Sub(at))
 		s.Figure("enqueue_blocked_max", percentile(blocked, 1))
 		s.Figure("enqueue_errors_during", errs)
-		s.Figure("worker_back_after_heal", back.Sub(healed))
+		s.Figure(f.backFigure, back.Sub(restored))
 		s.Figure("drain", drain)
 		if !wOK || !pOK {
-			s.Fail("the half-open connection was not detected within 10 s (worker %v, producer %v)", wOK, pOK)
+			s.Fail("%s was not noticed within 10 s (worker %v, producer %v)", f.what, wOK, pOK)
 		}
 		for name, d := range map[string]time.Duration{"worker": workerLost.Sub(at), "producer": prodLost.Sub(at)} {
-			if d > 2*heartbeat+500*time.Millisecond {
-				s.Fail("the %s took %v to notice, more than two heartbeats (%v)", name, d.Round(time.Millisecond), 2*heartbeat)
+			if d > 2*f.heartbeat+500*time.Millisecond {
+				s.Fail("the %s took %v to notice, more than two heartbeats (%v)", name, d.Round(time.Millisecond), 2*f.heartbeat)
 			}
 		}
 		if oks > 0 {
-			s.Fail("%d enqueues reported success through a blackholed connection", oks)
+			s.Fail("%d enqueues reported success through %s", oks, f.what)
 		}
 		if m := percentile(blocked, 1); m > 2500*time.Millisecond {
 			s.Fail("an Enqueue with a 2 s deadline blocked %v", m)
 		}
 		if !backOK {
-			s.Fail("the worker did not reconnect within 20 s of the heal")
+			s.Fail("the worker did not reconnect within %v of the %s", f.backWithin, f.heal)
 		}
 	}, nil)
 }
@@ -861,56 +881,16 @@ func TestFaultBrokerFrozen(t *testing.T) {
 	pid := beamPID(t)
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT); ensureBroker(t) })
 	w := r.startWorker(workerOptions{prefetch: 4, heartbeat: heartbeat})
-	r.enqueueBatch(60, chaos.Job{WorkMs: 100})
-	r.waitStarted(10, 30*time.Second)
-	at := time.Now()
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	var blocked []time.Duration
-	oks := 0
-	for range 2 {
-		start := time.Now()
-		if a := r.enqueue(nil, chaos.Job{}, 0, 2*time.Second); a.Confirmed {
-			oks++
-		}
-		blocked = append(blocked, time.Since(start))
-	}
-	workerLost, wOK := waitLog(t, w.log, "rabbitmq connection lost; reconnecting", at, 10*time.Second)
-	prodLost, pOK := waitLog(t, r.prodLogs.String, "rabbitmq connection lost; reconnecting", at, 10*time.Second)
-	time.Sleep(time.Until(at.Add(6 * time.Second)))
-	resumed := time.Now()
-	_ = syscall.Kill(pid, syscall.SIGCONT)
-	r.addFault(chaos.Window{Name: "sigstop", From: at, To: resumed})
-	back, backOK := waitLog(t, w.log, "rabbitmq reconnected", resumed, 30*time.Second)
-	for range 20 {
-		r.enqueue(nil, chaos.Job{}, 0, 20*time.Second)
-	}
-	drain := r.drain(60 * time.Second)
-	r.finish(func(s *chaos.Score) {
-		s.Figure("worker_detect", workerLost.Sub(at))
-		s.Figure("producer_detect", prodLost.Sub(at))
-		s.Figure("enqueue_blocked_max", percentile(blocked, 1))
-		s.Figure("worker_back_after_cont", back.Sub(resumed))
-		s.Figure("drain", drain)
-		if !wOK || !pOK {
-			s.Fail("the frozen broker was not noticed within 10 s (worker %v, producer %v)", wOK, pOK)
-		}
-		for name, d := range map[string]time.Duration{"worker": workerLost.Sub(at), "producer": prodLost.Sub(at)} {
-			if d > 2*heartbeat+500*time.Millisecond {
-				s.Fail("the %s took %v to notice, more than two heartbeats", name, d.Round(time.Millisecond))
+	silenceTest(r, w, silence{
+		window: "sigstop", what: "a frozen broker", heal: "SIGCONT", backFigure: "worker_back_after_cont",
+		heartbeat: heartbeat, enqueues: 2, hold: 6 * time.Second, backWithin: 30 * time.Second,
+		cut: func() {
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
 			}
-		}
-		if oks > 0 {
-			s.Fail("%d enqueues reported success against a frozen broker", oks)
-		}
-		if m := percentile(blocked, 1); m > 2500*time.Millisecond {
-			s.Fail("an Enqueue with a 2 s deadline blocked %v", m)
-		}
-		if !backOK {
-			s.Fail("the worker did not reconnect within 30 s of SIGCONT")
-		}
-	}, nil)
+		},
+		restore: func() { _ = syscall.Kill(pid, syscall.SIGCONT) },
+	})
 }
 
 // Fault 9: consumer_timeout lowered to 5 s (and the channel tick that
