@@ -119,6 +119,17 @@ func (r *rig) producer(t *testing.T, backend broker.Backend, set queuey.QueueSet
 	return p
 }
 
+// enqueue enqueues j through an instrumented producer on the harness's
+// backend and clock, and returns its id.
+func (r *rig) enqueue(t *testing.T, h *clocktest.Harness, set queuey.QueueSet, j job) string {
+	t.Helper()
+	id, err := r.producer(t, h.Backend, set, h.Clock).Enqueue(t.Context(), j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
 // spanView is what the tests compare of a span: everything but ids and times.
 type spanView struct {
 	Name   string

@@ -112,10 +112,7 @@ func TestARetriedJobIsOneTrace(t *testing.T) {
 	set := setOf(work)
 	clocktest.Run(t, set, r.options(), func(t *testing.T, h *clocktest.Harness) {
 		handle(t, h)
-		id, err := r.producer(t, h.Backend, set, h.Clock).Enqueue(t.Context(), job{Name: "flaky", Fail: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
+		id := r.enqueue(t, h, set, job{Name: "flaky", Fail: 1})
 		h.Advance(time.Second) // run 1 fails; its retry waits the 1 s backoff, then runs
 
 		diffSpans(t, lifecycle(t, r.spans.Ended(), id), []spanView{
@@ -147,10 +144,7 @@ func TestADeferredJobIsOneTraceAcrossItsRuns(t *testing.T) {
 	set := setOf(work)
 	clocktest.Run(t, set, r.options(), func(t *testing.T, h *clocktest.Harness) {
 		handle(t, h)
-		id, err := r.producer(t, h.Backend, set, h.Clock).Enqueue(t.Context(), job{Name: "api", Defers: 1, DeferFor: 30 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
+		id := r.enqueue(t, h, set, job{Name: "api", Defers: 1, DeferFor: 30 * time.Second})
 		h.Clock.Add(2 * time.Second) // the worker starts 2 s after the enqueue: run 1 is 2 s late
 		h.Advance(0)                 // run 1 defers for 30 s
 		m := r.metrics(t)
@@ -212,10 +206,7 @@ func TestAPausedQueueIsAnEventOfTheRunThatPausedIt(t *testing.T) {
 	set := setOf(work)
 	clocktest.Run(t, set, r.options(), func(t *testing.T, h *clocktest.Harness) {
 		handle(t, h)
-		id, err := r.producer(t, h.Backend, set, h.Clock).Enqueue(t.Context(), job{Name: "api", Defers: 1, DeferFor: 30 * time.Second, Pause: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+		id := r.enqueue(t, h, set, job{Name: "api", Defers: 1, DeferFor: 30 * time.Second, Pause: true})
 		h.Advance(30 * time.Second)
 
 		until := clocktest.Epoch.Add(30 * time.Second).Format(time.RFC3339Nano)
@@ -417,10 +408,7 @@ func TestATimedOutRunIsAFailedSpanAndItsRetryFollows(t *testing.T) {
 	r := newRig(t)
 	clocktest.Run(t, set, r.options(), func(t *testing.T, h *clocktest.Harness) {
 		handle(t, h)
-		id, err := r.producer(t, h.Backend, set, h.Clock).Enqueue(t.Context(), job{Name: "stuck", Hang: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
+		id := r.enqueue(t, h, set, job{Name: "stuck", Hang: 1})
 		h.Advance(5*time.Second - time.Millisecond)
 		if n := r.metrics(t).sum(t, "queuey.jobs.in_flight", "messaging.destination.name", qWork); n != 1 {
 			t.Errorf("in flight while the handler hangs: got %d, want 1", n)
@@ -457,10 +445,7 @@ func TestAPanicIsAnEventWithoutItsValue(t *testing.T) {
 	set := setOf(work)
 	clocktest.Run(t, set, r.options(), func(t *testing.T, h *clocktest.Harness) {
 		handle(t, h)
-		id, err := r.producer(t, h.Backend, set, h.Clock).Enqueue(t.Context(), job{Name: "boom", Panic: 1, Work: 250 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
+		id := r.enqueue(t, h, set, job{Name: "boom", Panic: 1, Work: 250 * time.Millisecond})
 		h.Advance(2 * time.Second)
 
 		diffSpans(t, lifecycle(t, r.spans.Ended(), id), []spanView{
