@@ -65,12 +65,12 @@ type Instrumentation struct {
 	propagator propagation.TextMapPropagator
 	hooks      *queuey.Hooks
 
-	jobs           metric.Int64Counter
 	duration       metric.Float64Histogram
 	lateness       metric.Float64Histogram
-	held           metric.Int64UpDownCounter
+	jobs           metric.Int64ObservableCounter
+	held           metric.Int64ObservableUpDownCounter
 	inFlight       metric.Int64ObservableUpDownCounter
-	settleFailures metric.Int64Counter
+	settleFailures metric.Int64ObservableCounter
 
 	queues cowMap[queueKey, *queueInfo]
 }
@@ -91,12 +91,17 @@ type queueInfo struct {
 	send       sendInfo                    // into the queue (or one of its hold queues)
 	dead       sendInfo                    // into <queue>.dead
 
-	add      []metric.AddOption     // messaging.destination.name
-	record   []metric.RecordOption  // the same set
-	observe  []metric.ObserveOption // the same set
-	inFlight atomic.Int64           // deliveries taken up, not yet settled
-	outcomes [len(results)][]metric.AddOption
-	kinds    cowMap[string, []metric.RecordOption]
+	record  []metric.RecordOption  // messaging.destination.name
+	observe []metric.ObserveOption // the same set
+	kinds   cowMap[string, []metric.RecordOption]
+
+	// The counters, observed at each collection (see observeCounts).
+	inFlight       atomic.Int64 // deliveries taken up, not yet settled
+	held           atomic.Int64 // see queuey.jobs.held in the package doc
+	settleFailures atomic.Int64
+	jobs           [len(results)]atomic.Int64 // by resultIndex
+	outcomes       [len(results)][]metric.ObserveOption
+	otherJobs      sync.Map // Result -> *atomic.Int64, for a Result not in results
 }
 
 // sendInfo is a destination's send span name and start options.
@@ -160,12 +165,11 @@ func newQueueInfo(system, queue string) *queueInfo {
 			sys, semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"), q)},
 		send:    newSendInfo(sys, queue),
 		dead:    newSendInfo(sys, broker.DeadQueueName(queue)),
-		add:     []metric.AddOption{set},
 		record:  []metric.RecordOption{set},
 		observe: []metric.ObserveOption{set},
 	}
 	for i, r := range results {
-		qi.outcomes[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(q, AttrOutcome.String(string(r))))}
+		qi.outcomes[i] = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(q, AttrOutcome.String(string(r))))}
 	}
 	return qi
 }
@@ -178,12 +182,14 @@ func newSendInfo(sys attribute.KeyValue, dest string) sendInfo {
 	}
 }
 
-// outcome returns the options that count a delivery with result r.
-func (qi *queueInfo) outcome(r queuey.Result) []metric.AddOption {
+// countJob counts a delivery that ended with result r.
+func (qi *queueInfo) countJob(r queuey.Result) {
 	if i := resultIndex(r); i >= 0 {
-		return qi.outcomes[i]
+		qi.jobs[i].Add(1)
+		return
 	}
-	return []metric.AddOption{metric.WithAttributes(semconv.MessagingDestinationName(qi.queue), AttrOutcome.String(string(r)))}
+	n, _ := qi.otherJobs.LoadOrStore(r, new(atomic.Int64))
+	n.(*atomic.Int64).Add(1)
 }
 
 // kind returns the options that record a handler duration of kind.
@@ -195,13 +201,29 @@ func (qi *queueInfo) kind(kind string) []metric.RecordOption {
 	return qi.kinds.store(kind, o, maxKinds)
 }
 
-// observeInFlight reports every queue's deliveries in flight. Two
-// queueInfos of one queue (one per backend) are added up by the SDK.
-func (in *Instrumentation) observeInFlight(_ context.Context, o metric.Observer) error {
-	if m := in.queues.m.Load(); m != nil {
-		for _, qi := range *m {
-			o.ObserveInt64(in.inFlight, qi.inFlight.Load(), qi.observe...)
+// observeCounts reports every queue's counters. Two queueInfos of one
+// queue (one per backend) are added up by the SDK.
+func (in *Instrumentation) observeCounts(_ context.Context, o metric.Observer) error {
+	m := in.queues.m.Load()
+	if m == nil {
+		return nil
+	}
+	for _, qi := range *m {
+		o.ObserveInt64(in.inFlight, qi.inFlight.Load(), qi.observe...)
+		o.ObserveInt64(in.held, qi.held.Load(), qi.observe...)
+		o.ObserveInt64(in.settleFailures, qi.settleFailures.Load(), qi.observe...)
+		for i := range results {
+			// An outcome is reported once it has happened, as a
+			// synchronous counter would.
+			if n := qi.jobs[i].Load(); n > 0 {
+				o.ObserveInt64(in.jobs, n, qi.outcomes[i]...)
+			}
 		}
+		qi.otherJobs.Range(func(r, n any) bool {
+			o.ObserveInt64(in.jobs, n.(*atomic.Int64).Load(),
+				metric.WithAttributes(semconv.MessagingDestinationName(qi.queue), AttrOutcome.String(string(r.(queuey.Result)))))
+			return true
+		})
 	}
 	return nil
 }
@@ -266,7 +288,7 @@ func New(opts *Options) (*Instrumentation, error) {
 	}
 	m := o.MeterProvider.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
 	var err error
-	if in.jobs, err = m.Int64Counter("queuey.jobs",
+	if in.jobs, err = m.Int64ObservableCounter("queuey.jobs",
 		metric.WithDescription("Deliveries taken up, by what became of them (queuey.outcome)."),
 		metric.WithUnit("{job}")); err != nil {
 		return nil, err
@@ -283,7 +305,7 @@ func New(opts *Options) (*Instrumentation, error) {
 		metric.WithExplicitBucketBoundaries(0, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)); err != nil {
 		return nil, err
 	}
-	if in.held, err = m.Int64UpDownCounter("queuey.jobs.held",
+	if in.held, err = m.Int64ObservableUpDownCounter("queuey.jobs.held",
 		metric.WithDescription("Jobs published into a hold queue and not yet taken up again, as instrumented processes saw them."),
 		metric.WithUnit("{job}")); err != nil {
 		return nil, err
@@ -293,14 +315,15 @@ func New(opts *Options) (*Instrumentation, error) {
 		metric.WithUnit("{job}")); err != nil {
 		return nil, err
 	}
-	// Counted in the queue's own atomic counter and observed at collection:
-	// two measurements per delivery cost more than the rest of its metrics.
-	if _, err = m.RegisterCallback(in.observeInFlight, in.inFlight); err != nil {
-		return nil, err
-	}
-	if in.settleFailures, err = m.Int64Counter("queuey.settle.failures",
+	if in.settleFailures, err = m.Int64ObservableCounter("queuey.settle.failures",
 		metric.WithDescription("Deliveries whose outcome the broker could not be told; each comes back."),
 		metric.WithUnit("{job}")); err != nil {
+		return nil, err
+	}
+	// The counters are atomic counters per queue, observed at collection:
+	// an SDK measurement costs a few hundred nanoseconds, an atomic add a
+	// few, and a job would make three of them.
+	if _, err = m.RegisterCallback(in.observeCounts, in.jobs, in.held, in.inFlight, in.settleFailures); err != nil {
 		return nil, err
 	}
 	in.hooks = &queuey.Hooks{Publish: in.publish, Deliver: in.deliver}
@@ -364,7 +387,7 @@ func (in *Instrumentation) publish(ctx context.Context, p *queuey.PublishInfo) f
 			span.SetAttributes(semconv.ErrorType(err))
 			span.SetStatus(codes.Error, err.Error())
 		} else if held {
-			in.held.Add(ctx, 1, qi.add...)
+			qi.held.Add(1)
 		}
 		span.End()
 	}
@@ -422,7 +445,7 @@ func (in *Instrumentation) deliver(ctx context.Context, d *queuey.DeliveryInfo) 
 	}
 	held := d.Headers[HeaderHeld] != ""
 	if held {
-		in.held.Add(ctx, -1, qi.add...)
+		qi.held.Add(-1)
 	}
 	return ctx, func(o queuey.Outcome) { in.finish(ctx, span, qi, d, held, o) }
 }
@@ -432,16 +455,16 @@ func (in *Instrumentation) finish(ctx context.Context, span oteltrace.Span, qi *
 	if span.IsRecording() {
 		annotate(span, &d.Job, &o)
 	}
-	in.jobs.Add(ctx, 1, qi.outcome(o.Result)...)
+	qi.countJob(o.Result)
 	if o.HandlerDuration > 0 {
 		in.duration.Record(ctx, o.HandlerDuration.Seconds(), qi.kind(d.Job.Kind)...)
 	}
 	if o.SettleErr != nil {
-		in.settleFailures.Add(ctx, 1, qi.add...)
+		qi.settleFailures.Add(1)
 	}
 	if held && o.Result == queuey.Requeued {
 		// Given back with its header: the next delivery counts it down again.
-		in.held.Add(ctx, 1, qi.add...)
+		qi.held.Add(1)
 	}
 	qi.inFlight.Add(-1)
 	span.End()
