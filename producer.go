@@ -215,14 +215,23 @@ func (p *Producer) envelope(job Job, opts []EnqueueOption) (broker.Envelope, *qu
 			ErrMessageTooLarge, job.Kind(), len(payload), p.maxBytes)
 	}
 	env := broker.NewEnvelope(job.Kind(), q.broker, payload, p.clock.Now())
-	for _, o := range opts {
-		o(&env)
+	if len(opts) > 0 {
+		env = withOptions(env, opts)
 	}
 	if !utf8.ValidString(env.CorrelationID) || len(env.CorrelationID) > 255 {
 		return broker.Envelope{}, nil, fmt.Errorf("%w: correlation id %.40q... must be valid UTF-8 of at most 255 bytes (an AMQP short string), not %d",
 			ErrInvalidJob, env.CorrelationID, len(env.CorrelationID))
 	}
 	return env, q, nil
+}
+
+// withOptions returns env as opts change it. It is apart so that only a
+// job enqueued with options pays for the envelope escaping to the heap.
+func withOptions(env broker.Envelope, opts []EnqueueOption) broker.Envelope {
+	for _, o := range opts {
+		o(&env)
+	}
+	return env
 }
 
 func (p *Producer) message(env broker.Envelope) (broker.Message, error) {

@@ -403,22 +403,25 @@ func requeue(d broker.Delivery, log jobLog) {
 // pause, called by a handler's PauseQueue, pauses the delivery's queue.
 func (w *Worker) process(ctx context.Context, q *queueConfig, hold *actor.Actor[holdRequest], d broker.Delivery, pause func(until time.Time)) {
 	msg := d.Message()
-	info := &DeliveryInfo{System: w.backend.Name(), Queue: q.broker, Headers: msg.Headers, DueAt: msg.DueAt, Started: w.clock.Now()}
+	started := w.clock.Now()
 	var env broker.Envelope
+	var jc JobContext
 	var decodeErr error
 	if w.maxBytes >= 0 && len(msg.Body) > w.maxBytes {
 		decodeErr = &tooLargeError{size: len(msg.Body), limit: w.maxBytes}
 	} else if env, decodeErr = broker.DecodeEnvelope(msg.Body); decodeErr == nil {
-		info.Job = w.jobContext(q, env, d, info.Started)
+		jc = w.jobContext(q, env, d, started)
 	}
-	finish := func(Outcome) {}
-	if w.hooks != nil && w.hooks.Deliver != nil {
-		var f func(Outcome)
-		if ctx, f = w.hooks.Deliver(ctx, info); f != nil {
-			finish = f
-		}
+	if w.hooks == nil || w.hooks.Deliver == nil {
+		w.settleDelivery(ctx, q, hold, d, msg, env, decodeErr, jc, pause)
+		return
 	}
-	finish(w.settleDelivery(ctx, q, hold, d, msg, env, decodeErr, info.Job, pause))
+	info := &DeliveryInfo{System: w.backend.Name(), Queue: q.broker, Job: jc, Headers: msg.Headers, DueAt: msg.DueAt, Started: started}
+	ctx, finish := w.hooks.Deliver(ctx, info)
+	out := w.settleDelivery(ctx, q, hold, d, msg, env, decodeErr, jc, pause)
+	if finish != nil {
+		finish(out)
+	}
 }
 
 // jobContext is what the handler of env will see.
@@ -477,7 +480,7 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 		log.Error("payload did not match the handler's job type; dead-lettering", "error", err)
 		return w.deadLetter(ctx, log, d, original(), CauseDecode, "decode error: "+err.Error(), err, jc)
 	}
-	policy := w.retryPolicy(q, env.JobType, job)
+	policy := w.retryPolicy(q, env.JobType, h, job)
 	jc.MaxAttempts = policy.maxAttempts()
 
 	log.Debug("running job", "deferrals", jc.Deferrals, "priority", jc.Priority)
@@ -524,8 +527,7 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 	case outcomeFatal:
 		log.Error("job failed fatally", "error", err)
 		cause := err
-		var f *FatalError
-		if errors.As(err, &f) {
+		if f, ok := errors.AsType[*FatalError](err); ok {
 			cause = f.Err
 		}
 		out = w.deadLetter(ctx, log, d, original(), CauseFatal, "fatal error: "+cause.Error(), err, jc)
@@ -543,9 +545,10 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 			log.Warn("job failed; retrying", "error", err, "delay", delay, "next_attempt", jc.Attempt+1)
 		}
 	}
-	var p *panicError
-	var t *timeoutError
-	out.Panicked, out.TimedOut = errors.As(err, &p), errors.As(err, &t)
+	if err != nil {
+		_, out.Panicked = errors.AsType[*panicError](err)
+		_, out.TimedOut = errors.AsType[*timeoutError](err)
+	}
 	if out.Err == nil && out.Result != Succeeded && out.Result != Deferred {
 		out.Err = err
 	}
@@ -600,7 +603,7 @@ func (w *Worker) republish(ctx context.Context, hold *actor.Actor[holdRequest], 
 
 // call runs the handler under the middleware, the job timeout and a panic
 // guard.
-func (w *Worker) call(ctx context.Context, q *queueConfig, h handler, job Job, jc JobContext) error {
+func (w *Worker) call(ctx context.Context, q *queueConfig, h handler, job decodedJob, jc JobContext) error {
 	timeout := cmp.Or(q.JobTimeout, w.jobTimeout)
 	runCtx := ctx
 	if timeout > 0 {
@@ -612,12 +615,7 @@ func (w *Worker) call(ctx context.Context, q *queueConfig, h handler, job Job, j
 	if len(w.middleware) == 0 {
 		err = runGuarded(runCtx, h, job, jc) // no closures to allocate
 	} else {
-		run := func(ctx context.Context) error { return runGuarded(ctx, h, job, jc) }
-		for i := len(w.middleware) - 1; i >= 0; i-- {
-			m, next := w.middleware[i], run
-			run = func(ctx context.Context) error { return m(ctx, jc, next) }
-		}
-		err = run(runCtx)
+		err = w.callThroughMiddleware(runCtx, h, job, jc)
 	}
 	if err == nil {
 		return nil
@@ -631,8 +629,20 @@ func (w *Worker) call(ctx context.Context, q *queueConfig, h handler, job Job, j
 	return err
 }
 
+// callThroughMiddleware runs the handler under the worker's middleware. It
+// is apart from call so that the closures, which capture jc, move only
+// this call's copy of it to the heap.
+func (w *Worker) callThroughMiddleware(ctx context.Context, h handler, job decodedJob, jc JobContext) error {
+	run := func(ctx context.Context) error { return runGuarded(ctx, h, job, jc) }
+	for i := len(w.middleware) - 1; i >= 0; i-- {
+		m, next := w.middleware[i], run
+		run = func(ctx context.Context) error { return m(ctx, jc, next) }
+	}
+	return run(ctx)
+}
+
 // runGuarded runs the handler, turning a panic into a *panicError.
-func runGuarded(ctx context.Context, h handler, job Job, jc JobContext) (err error) {
+func runGuarded(ctx context.Context, h handler, job decodedJob, jc JobContext) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = &panicError{value: r, stack: debug.Stack()}

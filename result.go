@@ -104,21 +104,16 @@ const (
 // delay and reason, and whether the queue pauses.
 func classify(err error) (outcome, *DeferError, bool) {
 	if err == nil {
-		// Before the targets below: errors.As makes them escape, which
-		// would cost the common case three allocations.
 		return outcomeSuccess, nil, false
 	}
-	var d *DeferError
-	var p *PauseError
-	var f *FatalError
-	switch {
-	case errors.As(err, &d):
+	if d, ok := errors.AsType[*DeferError](err); ok {
 		return outcomeDefer, d, false
-	case errors.As(err, &p):
-		return outcomeDefer, &DeferError{Delay: p.Delay, Reason: p.Reason}, true
-	case errors.As(err, &f):
-		return outcomeFatal, nil, false
-	default:
-		return outcomeRetry, nil, false
 	}
+	if p, ok := errors.AsType[*PauseError](err); ok {
+		return outcomeDefer, &DeferError{Delay: p.Delay, Reason: p.Reason}, true
+	}
+	if _, ok := errors.AsType[*FatalError](err); ok {
+		return outcomeFatal, nil, false
+	}
+	return outcomeRetry, nil, false
 }

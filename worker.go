@@ -177,22 +177,43 @@ func (w *Worker) Concurrency() int { return w.concurrency }
 // letter). Such a job comes back: a growing count means duplicate work.
 func (w *Worker) SettleFailures() uint64 { return w.settleFailures.Load() }
 
-// handler is a typed handler with its job type erased.
+// handler is a typed handler with its job type erased. A decoded job is
+// held as a *T: one allocation, where a T in an interface would take two.
 type handler interface {
-	decode(payload json.RawMessage) (Job, error)
-	run(ctx context.Context, job Job, jc JobContext) error
+	decode(payload json.RawMessage) (decodedJob, error)
+	run(ctx context.Context, job decodedJob, jc JobContext) error
+	// ownPolicy is the job's RetryPolicy, if its type has one.
+	ownPolicy(job decodedJob) (RetryPolicy, bool)
 }
 
-type typedHandler[T Job] struct{ h Handler[T] }
+// decodedJob is a *T made by typedHandler[T].decode.
+type decodedJob any
 
-func (t typedHandler[T]) decode(payload json.RawMessage) (Job, error) {
-	var job T
-	err := json.Unmarshal(payload, &job)
+type typedHandler[T Job] struct {
+	h         Handler[T]
+	hasPolicy bool // T is a RetryPolicer
+}
+
+func newTypedHandler[T Job](h Handler[T]) typedHandler[T] {
+	_, hasPolicy := any(*new(T)).(RetryPolicer)
+	return typedHandler[T]{h: h, hasPolicy: hasPolicy}
+}
+
+func (t typedHandler[T]) decode(payload json.RawMessage) (decodedJob, error) {
+	job := new(T)
+	err := json.Unmarshal(payload, job)
 	return job, err
 }
 
-func (t typedHandler[T]) run(ctx context.Context, job Job, jc JobContext) error {
-	return t.h.Handle(ctx, job.(T), jc)
+func (t typedHandler[T]) run(ctx context.Context, job decodedJob, jc JobContext) error {
+	return t.h.Handle(ctx, *job.(*T), jc)
+}
+
+func (t typedHandler[T]) ownPolicy(job decodedJob) (RetryPolicy, bool) {
+	if !t.hasPolicy {
+		return RetryPolicy{}, false
+	}
+	return any(*job.(*T)).(RetryPolicer).RetryPolicy(), true
 }
 
 // Handle registers fn as w's handler for jobs of type T, by T's Kind. It
@@ -229,7 +250,7 @@ func Register[T Job](w *Worker, h Handler[T]) (err error) {
 	if _, dup := w.handlers[kind]; dup {
 		return fmt.Errorf("%w: kind %q already has a handler", ErrDuplicateHandler, kind)
 	}
-	w.handlers[kind] = typedHandler[T]{h: h}
+	w.handlers[kind] = newTypedHandler(h)
 	return nil
 }
 
@@ -333,9 +354,9 @@ func (w *Worker) setOverride(m map[string]RetryPolicy, key string, p *RetryPolic
 // retryPolicy is the policy a failure of job is judged by: the job's own
 // (RetryPolicer, decided from its content), else a runtime override for
 // its kind, else one for its queue, else the queue's.
-func (w *Worker) retryPolicy(q *queueConfig, kind string, job Job) RetryPolicy {
-	if p, ok := job.(RetryPolicer); ok {
-		return p.RetryPolicy()
+func (w *Worker) retryPolicy(q *queueConfig, kind string, h handler, job decodedJob) RetryPolicy {
+	if p, ok := h.ownPolicy(job); ok {
+		return p
 	}
 	w.overridesMu.RLock()
 	defer w.overridesMu.RUnlock()
