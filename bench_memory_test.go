@@ -45,10 +45,27 @@ func benchQueues(n int) []queuey.Queue {
 	return qs
 }
 
+// floorJob is a job whose JSON costs next to nothing: it encodes as {} and
+// decodes by doing nothing. It measures what queuey costs around a job's
+// own encoding.
+type floorJob struct{}
+
+func (floorJob) Kind() string                 { return "bench_floor" }
+func (floorJob) Queue() queuey.Queue          { return queuey.Queue{Name: "q0"} }
+func (floorJob) MarshalJSON() ([]byte, error) { return []byte("{}"), nil }
+func (*floorJob) UnmarshalJSON([]byte) error  { return nil }
+
 // runMemEndToEnd enqueues b.N jobs from benchMemProducers goroutines, spread
 // round-robin over set's queues, while a worker runs them; the clock stops
 // when the last has run.
 func runMemEndToEnd(b *testing.B, be *memory.Backend, set queuey.QueueSet, wcfg queuey.WorkerConfig) {
+	b.Helper()
+	runMemJobs(b, be, set, wcfg, func(n int, q string) benchMemJob { return benchMemJob{N: n, Q: q} })
+}
+
+// runMemJobs is runMemEndToEnd with the jobs job(i, queue name) makes; the
+// queue name is empty for the job's own queue.
+func runMemJobs[J queuey.Job](b *testing.B, be *memory.Backend, set queuey.QueueSet, wcfg queuey.WorkerConfig, job func(n int, q string) J) {
 	b.Helper()
 	ctx := context.Background()
 	discard := slog.New(slog.DiscardHandler)
@@ -64,7 +81,7 @@ func runMemEndToEnd(b *testing.B, be *memory.Backend, set queuey.QueueSet, wcfg 
 	var handled, target atomic.Int64
 	target.Store(1) // the warm-up job
 	done := make(chan struct{}, 1)
-	if err := queuey.Handle(worker, func(context.Context, benchMemJob, queuey.JobContext) error {
+	if err := queuey.Handle(worker, func(context.Context, J, queuey.JobContext) error {
 		if handled.Add(1) == target.Load() {
 			done <- struct{}{}
 		}
@@ -81,7 +98,7 @@ func runMemEndToEnd(b *testing.B, be *memory.Backend, set queuey.QueueSet, wcfg 
 			b.Error(err)
 		}
 	}()
-	if _, err := producer.Enqueue(ctx, benchMemJob{}); err != nil {
+	if _, err := producer.Enqueue(ctx, job(0, "")); err != nil {
 		b.Fatal(err)
 	}
 	<-done
@@ -102,11 +119,11 @@ func runMemEndToEnd(b *testing.B, be *memory.Backend, set queuey.QueueSet, wcfg 
 				if i >= int64(b.N) {
 					return
 				}
-				q := ""
+				q := "" // the job's default queue
 				if len(names) > 1 {
 					q = names[i%int64(len(names))]
 				}
-				if _, err := producer.Enqueue(ctx, benchMemJob{N: int(i), Q: q}); err != nil {
+				if _, err := producer.Enqueue(ctx, job(int(i), q)); err != nil {
 					b.Error(err)
 					return
 				}
@@ -128,6 +145,15 @@ func BenchmarkMemoryEndToEnd(b *testing.B) {
 			runMemEndToEnd(b, memory.New(nil), set, queuey.WorkerConfig{Concurrency: c})
 		})
 	}
+}
+
+// BenchmarkMemoryFloor is BenchmarkMemoryEndToEnd at concurrency 8 with a
+// job whose JSON costs next to nothing (floorJob): the rest of the
+// pipeline (envelope, backend, mailbox, acks, garbage collection), which
+// bounds what making the payload's encoding cheaper could gain.
+func BenchmarkMemoryFloor(b *testing.B) {
+	set := queuey.QueueSet{Queues: []queuey.Queue{{Name: "q0", Prefetch: queuey.DefaultPrefetch}}}
+	runMemJobs(b, memory.New(nil), set, queuey.WorkerConfig{Concurrency: 8}, func(int, string) floorJob { return floorJob{} })
 }
 
 // BenchmarkBareChannelPool is the baseline of BenchmarkMemoryEndToEnd: the
