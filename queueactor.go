@@ -145,7 +145,7 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool,
 					quarantine(d)
 					continue
 				}
-				if err := a.w.slots.Acquire(pullCtx, 1); err != nil {
+				if err := a.w.slots.acquire(pullCtx); err != nil {
 					resumeMu.Lock()
 					unstarted = append(unstarted, d)
 					resumeMu.Unlock()
@@ -156,7 +156,7 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool,
 				default:
 					a.w.process(handlerCtx, a.q, a.hold, d, pause)
 				}
-				a.w.slots.Release(1)
+				a.w.slots.release()
 			}
 		})
 	}
@@ -284,21 +284,21 @@ func (a *queueActor) runIsolated(ctx context.Context, suspect broker.Delivery, l
 			a.w.setAside(ctx, a.q, d)
 			continue
 		}
-		if err := a.w.slots.Acquire(a.stopping, 1); err != nil {
+		if err := a.w.slots.acquire(a.stopping); err != nil {
 			a.giveBack(d)
 			continue
 		}
 		running.Go(func() {
-			defer a.w.slots.Release(1)
+			defer a.w.slots.release()
 			a.w.process(ctx, a.q, a.hold, d, pause)
 		})
 	}
 	running.Wait()
-	if err := a.w.slots.Acquire(a.stopping, 1); err != nil {
+	if err := a.w.slots.acquire(a.stopping); err != nil {
 		a.giveBack(suspect)
 		return resume
 	}
-	defer a.w.slots.Release(1)
+	defer a.w.slots.release()
 	log.l.Info("running a job that was in flight when a worker crashed, alone", "job_id", suspect.Message().ID)
 	a.w.process(ctx, a.q, a.hold, suspect, pause)
 	return resume

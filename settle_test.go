@@ -53,29 +53,52 @@ func TestAFailedDeferralIsCountedAndTheJobComesBack(t *testing.T) {
 	})
 }
 
+// The cap on running handlers holds whether the worker needs a semaphore
+// for it (Concurrency 2 or 5 under pools of 2+1+1 or 4+1+1 handlers) or not
+// (6, the default outside clocktest, which the pools of 4+1+1 cannot
+// exceed), and it is reached.
 func TestConcurrencyIsCapped(t *testing.T) {
-	var running, peak atomic.Int32
-	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Concurrency: 2}}
-	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
-		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j alphaJob, jc queuey.JobContext) error {
-			n := running.Add(1)
-			defer running.Add(-1)
-			for {
-				p := peak.Load()
-				if n <= p || peak.CompareAndSwap(p, n) {
-					break
+	for _, c := range []struct {
+		concurrency int
+		want        int32
+	}{{2, 2}, {5, 5}, {6, 6}} {
+		t.Run(fmt.Sprintf("concurrency=%d", c.concurrency), func(t *testing.T) {
+			var running, peak atomic.Int32
+			count := func(run func() error) error {
+				n := running.Add(1)
+				defer running.Add(-1)
+				for {
+					p := peak.Load()
+					if n <= p || peak.CompareAndSwap(p, n) {
+						break
+					}
 				}
+				return run()
 			}
-			return j.run(ctx, h.Clock, jc)
-		}))
-		for range 8 {
-			mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{plan{Block: time.Second}}))
-		}
-		h.Advance(10 * time.Second)
-		if h.Log.Len() != 8 || peak.Load() != 2 {
-			t.Errorf("got %d runs with at most %d at once, want 8 with at most 2", h.Log.Len(), peak.Load())
-		}
-	})
+			opts := &clocktest.Options{Worker: queuey.WorkerConfig{Concurrency: c.concurrency}}
+			clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+				must(t, queuey.Handle(h.Worker, func(ctx context.Context, j alphaJob, jc queuey.JobContext) error {
+					return count(func() error { return j.run(ctx, h.Clock, jc) })
+				}))
+				must(t, queuey.Handle(h.Worker, func(ctx context.Context, j betaJob, jc queuey.JobContext) error {
+					return count(func() error { return j.run(ctx, h.Clock, jc) })
+				}))
+				must(t, queuey.Handle(h.Worker, func(ctx context.Context, j gammaJob, jc queuey.JobContext) error {
+					return count(func() error { return j.run(ctx, h.Clock, jc) })
+				}))
+				block := plan{Block: time.Second}
+				for range 8 {
+					mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{block}))
+					mustID(t)(h.Producer.Enqueue(t.Context(), betaJob{block}))
+					mustID(t)(h.Producer.Enqueue(t.Context(), gammaJob{block}))
+				}
+				h.Advance(30 * time.Second)
+				if h.Log.Len() != 24 || peak.Load() != c.want {
+					t.Errorf("got %d runs with at most %d at once, want 24 with at most %d", h.Log.Len(), peak.Load(), c.want)
+				}
+			})
+		})
+	}
 }
 
 func TestDefaultConcurrencyIsTheSumOfPrefetch(t *testing.T) {

@@ -7,13 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/benbjohnson/clock"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/supervisor"
@@ -88,15 +88,14 @@ type Worker struct {
 	maxBytes        int // negative: no limit
 	onDeadLetter    func(context.Context, DeadLetterEvent)
 
-	overridesMu sync.RWMutex
-	byQueue     map[string]RetryPolicy // runtime overrides, by Queue.Name
-	byKind      map[string]RetryPolicy // runtime overrides, by job kind
+	overridesMu sync.Mutex                     // serialises changes of overrides
+	overrides   atomic.Pointer[retryOverrides] // read on every job, without a lock
 	middleware  []Middleware
 	hooks       *Hooks
 	clock       clock.Clock
 	log         *slog.Logger
 
-	slots          *semaphore.Weighted
+	slots          *handlerSlots // nil when the queues' handler pools cannot exceed concurrency
 	settleFailures atomic.Uint64
 	orphans        sync.WaitGroup // handlers cancelled after their consumer was lost
 
@@ -139,8 +138,6 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 		poisonAfter:     cfg.PoisonAfter,
 		maxBytes:        cmp.Or(cfg.MaxMessageBytes, DefaultMaxMessageBytes),
 		onDeadLetter:    cfg.OnDeadLetter,
-		byQueue:         map[string]RetryPolicy{},
-		byKind:          map[string]RetryPolicy{},
 		middleware:      slices.Clone(cfg.Middleware),
 		hooks:           cfg.Hooks,
 		clock:           orRealClock(cfg.Clock),
@@ -165,7 +162,8 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 	if cfg.Concurrency > 0 {
 		w.concurrency = cfg.Concurrency
 	}
-	w.slots = semaphore.NewWeighted(int64(w.concurrency))
+	w.overrides.Store(&retryOverrides{})
+	w.slots = newHandlerSlots(w.concurrency, w.queues)
 	return w, nil
 }
 
@@ -322,7 +320,7 @@ func (w *Worker) SetQueueRetryPolicy(name string, p *RetryPolicy) error {
 	if _, ok := w.set.byName[name]; !ok {
 		return fmt.Errorf("%w: queue %q is not in the worker's queue set", ErrUnknownQueue, name)
 	}
-	return w.setOverride(w.byQueue, name, p)
+	return w.setOverride(false, name, p)
 }
 
 // SetKindRetryPolicy sets, while the worker runs, the retry policy of jobs
@@ -332,10 +330,19 @@ func (w *Worker) SetKindRetryPolicy(kind string, p *RetryPolicy) error {
 	if err := checkKind(kind); err != nil {
 		return err
 	}
-	return w.setOverride(w.byKind, kind, p)
+	return w.setOverride(true, kind, p)
 }
 
-func (w *Worker) setOverride(m map[string]RetryPolicy, key string, p *RetryPolicy) error {
+// retryOverrides are the retry policies set while a worker runs. A value
+// that has been published is never changed, only replaced by a copy.
+type retryOverrides struct {
+	byQueue map[string]RetryPolicy // by Queue.Name
+	byKind  map[string]RetryPolicy // by job kind
+}
+
+// setOverride publishes a copy of the overrides in which key (a kind, or
+// else a queue name) has p, or nothing for a nil p.
+func (w *Worker) setOverride(kind bool, key string, p *RetryPolicy) error {
 	if p != nil {
 		if err := p.validate(); err != nil {
 			return err
@@ -343,11 +350,21 @@ func (w *Worker) setOverride(m map[string]RetryPolicy, key string, p *RetryPolic
 	}
 	w.overridesMu.Lock()
 	defer w.overridesMu.Unlock()
-	if p == nil {
-		delete(m, key)
-	} else {
-		m[key] = *p
+	next := *w.overrides.Load()
+	m := &next.byQueue
+	if kind {
+		m = &next.byKind
 	}
+	*m = maps.Clone(*m)
+	if p == nil {
+		delete(*m, key)
+	} else {
+		if *m == nil {
+			*m = map[string]RetryPolicy{}
+		}
+		(*m)[key] = *p
+	}
+	w.overrides.Store(&next)
 	return nil
 }
 
@@ -358,12 +375,11 @@ func (w *Worker) retryPolicy(q *queueConfig, kind string, h handler, job decoded
 	if p, ok := h.ownPolicy(job); ok {
 		return p
 	}
-	w.overridesMu.RLock()
-	defer w.overridesMu.RUnlock()
-	if p, ok := w.byKind[kind]; ok {
+	o := w.overrides.Load()
+	if p, ok := o.byKind[kind]; ok {
 		return p
 	}
-	if p, ok := w.byQueue[q.Name]; ok {
+	if p, ok := o.byQueue[q.Name]; ok {
 		return p
 	}
 	return q.retry
