@@ -291,6 +291,9 @@ func (b *Backend) dispatchLocked(q *queue) {
 
 // releaseDueLocked lands every held message whose time has come.
 func (b *Backend) releaseDueLocked() {
+	if len(b.held) == 0 {
+		return // every publish and settle calls this: no clock read for nothing
+	}
 	now := b.clock.Now()
 	touched := map[*queue]bool{}
 	for len(b.held) > 0 && !b.held[0].due.After(now) {
