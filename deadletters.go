@@ -147,7 +147,7 @@ func (dl *DeadLetters) Replay(ctx context.Context, name string, opts ReplayOptio
 			env.Priority = q.maxPriority
 			_, err = dl.producer.hold(ctx, env, opts.After, holdDefer, OpDefer)
 		} else {
-			err = dl.producer.publish(ctx, env)
+			err = dl.producer.publish(ctx, env, true)
 		}
 		if err != nil {
 			return false, fmt.Errorf("replay %s: %w", d.ID, err)

@@ -71,8 +71,10 @@ type DeliveryInfo struct {
 	Job JobContext
 	// Headers are the delivery's headers (read them, do not change them).
 	Headers map[string]string
-	// DueAt is when the job was due to run: its publish time, or the end
-	// of its wait. Zero when the publisher did not say (a Rust producer).
+	// DueAt is when the job was due to run: its enqueue, the end of its
+	// wait, or the time of a replay. Zero when unknown: a job back from a
+	// hold queue whose publisher did not say (a Rust producer), or a body
+	// that is not an envelope.
 	DueAt time.Time
 	// Started is when the worker took the delivery up, on the worker's
 	// clock; Started - DueAt is how late the job started.
@@ -118,9 +120,9 @@ type Outcome struct {
 	SettleErr error
 }
 
-// stampDue records on msg when it is due: its publish time, or the end of
-// its hold. It lets a worker tell how late a job started. (A field, not a
-// header: the memory backend carries it without formatting it.)
+// stampDue records on msg when it is due: the end of its hold, or the time
+// of a replay. It lets a worker tell how late a job started; a plain
+// enqueue needs no stamp (see broker.Message.DueAt).
 func stampDue(msg *broker.Message, due time.Time) {
 	msg.DueAt = due.Truncate(time.Millisecond)
 }

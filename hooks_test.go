@@ -2,6 +2,8 @@ package queuey_test
 
 import (
 	"context"
+	"encoding/json"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/queuey-go/queuey"
+	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/clocktest"
 )
 
@@ -95,6 +98,60 @@ func TestHooksFollowAJobThroughADeferralAndARetry(t *testing.T) {
 		}
 		if d := hl.deliveries[1]; d.Job.Deferrals != 1 || d.Job.Priority != 10 {
 			t.Errorf("second delivery: %+v", d.Job)
+		}
+	})
+}
+
+// A delivery's due time: its enqueue for a plain enqueue (no stamp on the
+// wire), the end of its wait for a hold, the replay for a replayed dead
+// letter, and unknown for a hold whose publisher did not stamp one (a Rust
+// producer's enqueue_after).
+func TestADeliveryIsDueAtItsEnqueueItsReleaseOrItsReplay(t *testing.T) {
+	hl := &hookLog{}
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Hooks: hl.hooks()}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		ctx := t.Context()
+		start := h.Clock.Now()
+		mustID(t)(h.Producer.Enqueue(ctx, alphaJob{named("plain")}))
+		h.Advance(time.Second)
+		mustID(t)(h.Producer.EnqueueAfter(ctx, betaJob{named("later")}, 5*time.Second))
+		h.Advance(10 * time.Second)
+
+		// What a Rust producer's enqueue_after publishes: an envelope in a
+		// hold queue, without a due time.
+		env := broker.NewEnvelope(gammaJob{}.Kind(), "test.gamma", json.RawMessage(`{"name":"rust"}`), h.Clock.Now())
+		msg, err := env.Message()
+		must(t, err)
+		must(t, h.Backend.Hold(ctx, msg, 2*time.Second))
+		h.Advance(5 * time.Second)
+
+		fatal := mustID(t)(h.Producer.Enqueue(ctx, alphaJob{plan{Name: "doomed", Fatal: true}}))
+		h.Advance(time.Second)
+		dl, err := queuey.NewDeadLetters(ctx, h.Backend, app, &queuey.ProducerConfig{Clock: h.Clock, Hooks: hl.hooks()})
+		must(t, err)
+		h.Advance(time.Minute)
+		replayedAt := h.Clock.Now()
+		if n, err := dl.Replay(ctx, "alpha", queuey.ReplayOptions{Select: queuey.ByID(fatal)}); n != 1 || err != nil {
+			t.Fatalf("replay: %d, %v", n, err)
+		}
+		h.Advance(time.Second)
+
+		hl.mu.Lock()
+		defer hl.mu.Unlock()
+		due := map[string]time.Time{}
+		for _, d := range hl.deliveries {
+			due[d.Job.Kind+"/"+strconv.Itoa(len(due))] = d.DueAt
+		}
+		want := map[string]time.Time{
+			"alpha_job/0": start.Truncate(time.Millisecond),                       // enqueued
+			"beta_job/1":  start.Add(6 * time.Second).Truncate(time.Millisecond),  // released
+			"gamma_job/2": {},                                                     // unknown
+			"alpha_job/3": start.Add(16 * time.Second).Truncate(time.Millisecond), // enqueued, then dead-lettered
+			"alpha_job/4": replayedAt.Truncate(time.Millisecond),                  // replayed
+		}
+		if diff := cmp.Diff(want, due); diff != "" {
+			t.Errorf("due times (-want +got):\n%s", diff)
 		}
 	})
 }

@@ -109,19 +109,23 @@ func (p *Producer) Enqueue(ctx context.Context, job Job, opts ...EnqueueOption) 
 	if err != nil {
 		return "", err
 	}
-	if err := p.publish(ctx, env); err != nil {
+	if err := p.publish(ctx, env, false); err != nil {
 		return "", err
 	}
 	return env.JobID, nil
 }
 
-// publish puts env on its queue now, confirmed.
-func (p *Producer) publish(ctx context.Context, env broker.Envelope) error {
+// publish puts env on its queue now, confirmed. A job is due when it is
+// enqueued (broker.Message.DueAt); a publish that is not its job's enqueue
+// (a replay) stamps the time of the publish as the due time.
+func (p *Producer) publish(ctx context.Context, env broker.Envelope, stampNow bool) error {
 	msg, err := p.message(env)
 	if err != nil {
 		return err
 	}
-	stampDue(&msg, p.clock.Now())
+	if stampNow {
+		stampDue(&msg, p.clock.Now())
+	}
 	done := p.hooks.publishing(ctx, p.backend.Name(), OpEnqueue, &msg, 0, "")
 	err = p.backend.Publish(ctx, msg)
 	done(err)
@@ -138,23 +142,62 @@ const batchInFlight = 256
 // flight at once, so that one caller is not held to one publish per broker
 // round trip. It returns when every job is confirmed or has failed: ids[i]
 // is jobs[i]'s id, or "" when it failed, and err joins the failures, each
-// naming its job's index. A job that fails does not stop the others.
+// naming its job's index. A job that fails does not stop the others. Jobs
+// may reach their queues in another order than jobs has.
 func (p *Producer) EnqueueBatch(ctx context.Context, jobs []Job) ([]string, error) {
 	ids := make([]string, len(jobs))
 	errs := make([]error, len(jobs))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(len(jobs), batchInFlight) {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(jobs); i = int(next.Add(1) - 1) {
-				if ids[i], errs[i] = p.Enqueue(ctx, jobs[i]); errs[i] != nil {
-					errs[i] = fmt.Errorf("job %d: %w", i, errs[i])
+	if bp, ok := p.backend.(broker.BatchPublisher); ok {
+		// All at once: a backend keeps its window of confirms full from the
+		// first job to the last, where chunks would let it drain between.
+		p.publishBatch(ctx, bp, jobs, ids, errs)
+	} else {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range min(len(jobs), batchInFlight) {
+			wg.Go(func() {
+				for i := int(next.Add(1) - 1); i < len(jobs); i = int(next.Add(1) - 1) {
+					if ids[i], errs[i] = p.Enqueue(ctx, jobs[i]); errs[i] != nil {
+						errs[i] = fmt.Errorf("job %d: %w", i, errs[i])
+					}
 				}
-			}
-		})
+			})
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	return ids, errors.Join(errs...)
+}
+
+// publishBatch enqueues jobs through bp, filling ids and errs.
+func (p *Producer) publishBatch(ctx context.Context, bp broker.BatchPublisher, jobs []Job, ids []string, errs []error) {
+	msgs := make([]broker.Message, 0, len(jobs))
+	index := make([]int, 0, len(jobs)) // msgs[k] is jobs[index[k]]
+	dones := make([]func(error), 0, len(jobs))
+	for i, job := range jobs {
+		env, _, err := p.envelope(job, nil)
+		var msg broker.Message
+		if err == nil {
+			msg, err = p.message(env)
+		}
+		if err != nil {
+			errs[i] = fmt.Errorf("job %d: %w", i, err)
+			continue
+		}
+		dones = append(dones, p.hooks.publishing(ctx, p.backend.Name(), OpEnqueue, &msg, 0, ""))
+		msgs, index = append(msgs, msg), append(index, i)
+	}
+	if len(msgs) == 0 {
+		return
+	}
+	for k, err := range bp.PublishBatch(ctx, msgs) {
+		dones[k](err)
+		i := index[k]
+		if err != nil {
+			errs[i] = fmt.Errorf("job %d: enqueue %s on %q: %w", i, msgs[k].Type, msgs[k].Queue, err)
+			continue
+		}
+		ids[i] = msgs[k].ID
+	}
 }
 
 // EnqueueAfter publishes job to wait d (rounded up to the queue set's

@@ -416,7 +416,11 @@ func (w *Worker) process(ctx context.Context, q *queueConfig, hold *actor.Actor[
 		w.settleDelivery(ctx, q, hold, d, msg, env, decodeErr, jc, pause)
 		return
 	}
-	info := &DeliveryInfo{System: w.backend.Name(), Queue: q.broker, Job: jc, Headers: msg.Headers, DueAt: msg.DueAt, Started: started}
+	due := msg.DueAt
+	if due.IsZero() && !msg.FromHold && decodeErr == nil {
+		due = env.EnqueuedAt() // due when enqueued (see broker.Message.DueAt)
+	}
+	info := &DeliveryInfo{System: w.backend.Name(), Queue: q.broker, Job: jc, Headers: msg.Headers, DueAt: due, Started: started}
 	ctx, finish := w.hooks.Deliver(ctx, info)
 	out := w.settleDelivery(ctx, q, hold, d, msg, env, decodeErr, jc, pause)
 	if finish != nil {

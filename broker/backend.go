@@ -65,10 +65,16 @@ type Message struct {
 	CorrelationID string
 	// Headers are extra string headers (trace context, for instance).
 	Headers map[string]string
-	// DueAt is when the message is due to run: its publish time, or the end
-	// of its hold; zero when the publisher did not say. On the wire it is
-	// the HeaderDue header, to the millisecond.
+	// DueAt is when the message is due to run, when the publisher says:
+	// the end of its hold, or the time of a publish that is not its job's
+	// enqueue (a replay). Zero means due when the job was enqueued (the
+	// envelope's enqueued_at), unless FromHold: then unknown. On the wire it
+	// is the HeaderDue header, to the millisecond; plain enqueues leave it
+	// out, which spares the broker a header per message.
 	DueAt time.Time
+	// FromHold reports a delivery that came back from a hold queue (on
+	// RabbitMQ, one that carries x-death). Publish ignores it.
+	FromHold bool
 	// Body is the encoded envelope, or for a malformed delivery the raw bytes.
 	Body []byte
 }
@@ -107,6 +113,17 @@ type Backend interface {
 	Consume(ctx context.Context, queue string, prefetch int) (Consumer, error)
 	// Close ends every consumer and refuses later calls with ErrClosed.
 	Close() error
+}
+
+// BatchPublisher is a Backend that publishes many messages with their
+// confirms in flight together, from one caller. A producer uses it when the
+// backend has it.
+type BatchPublisher interface {
+	// PublishBatch publishes each of msgs as Publish would, and returns
+	// when every one is confirmed or has failed: errs[i] is msgs[i]'s
+	// outcome, nil once confirmed. A message that fails does not stop the
+	// others. Messages may reach their queues out of order.
+	PublishBatch(ctx context.Context, msgs []Message) (errs []error)
 }
 
 // Consumer receives deliveries from one queue.

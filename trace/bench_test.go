@@ -39,6 +39,7 @@ import (
 //	noop/sampled-10pct       the same, ParentBased(TraceIDRatioBased(0.1))
 //	noop/sampled-0pct        the same, nothing sampled: metrics and propagation only
 //	work50us/sampled-100pct  a handler that computes for about 50µs, every trace sampled
+//	work50us/sampled-10pct   the same handler, ParentBased(TraceIDRatioBased(0.1))
 //
 // BenchmarkHooks gives the hooks' own cost, without the pipeline. Run both
 // with
@@ -55,6 +56,7 @@ func BenchmarkInstrumentation(b *testing.B) {
 		{"noop/sampled-10pct", sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.1)), 0},
 		{"noop/sampled-0pct", sdktrace.NeverSample(), 0},
 		{"work50us/sampled-100pct", sdktrace.AlwaysSample(), work},
+		{"work50us/sampled-10pct", sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.1)), work},
 	} {
 		b.Run(c.name, func(b *testing.B) { compare(b, c.sampler, c.spin) })
 	}

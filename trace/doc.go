@@ -122,9 +122,10 @@
 // count from its first occurrence.
 //
 // Lateness is Started - DueAt of the delivery, clamped at zero, on the
-// worker's clock; it is not recorded when the publisher did not stamp a due
-// time (a Rust producer). A job is due at its publish, or at the end of its
-// wait, so a deferred job that starts the moment its hold ends is 0 late.
+// worker's clock; it is not recorded when the due time is unknown (a job
+// back from a hold queue that a Rust producer published). A job is due at
+// its enqueue, at the end of its wait, or at its replay, so a deferred job
+// that starts the moment its hold ends is 0 late.
 //
 // The handler duration is recorded when the core reports a positive one,
 // so dead letters that never reached a handler are left out; so, under a

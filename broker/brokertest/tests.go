@@ -2,6 +2,8 @@ package brokertest
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -41,7 +43,9 @@ var tests = []struct {
 			DueAt: time.UnixMilli(1767268800123),
 			Body:  []byte(`{"job_id":"x","payload":{"to":"a@b.c"}}`),
 		}
-		e.publish(want)
+		sent := want
+		sent.FromHold = true // Publish ignores it: only a hold queue's release sets it
+		e.publish(sent)
 		d := e.recv(e.consume(q, 1), e.slack)
 		if diff := cmp.Diff(want, d.Message()); diff != "" {
 			e.t.Errorf("message differs (-want +got):\n%s", diff)
@@ -102,6 +106,44 @@ var tests = []struct {
 			e.t.Errorf("depth of a missing queue: got %v, want ErrNoQueue", err)
 		}
 	}},
+	{"PublishBatchReportsEachMessage", func(e *env) {
+		bp, ok := e.b.(broker.BatchPublisher)
+		if !ok {
+			e.t.Skip("the backend is not a broker.BatchPublisher")
+		}
+		q := e.queue("work")
+		e.declare(broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true})
+		// More than a window of confirms (256 on RabbitMQ), and one message
+		// nobody can route in the middle.
+		const n = 600
+		msgs := make([]broker.Message, n)
+		want := make([]string, 0, n-1)
+		for i := range msgs {
+			msgs[i] = msg(q, fmt.Sprintf("m%03d", i), 0)
+			if i == 300 {
+				msgs[i].Queue = e.queue("missing")
+				continue
+			}
+			want = append(want, msgs[i].ID)
+		}
+		errs := bp.PublishBatch(e.t.Context(), msgs)
+		if len(errs) != n {
+			e.t.Fatalf("got %d errors for %d messages", len(errs), n)
+		}
+		for i, err := range errs {
+			if i == 300 {
+				wantErr(e.t, "the unroutable message of the batch", err, broker.ErrUnroutable)
+			} else if err != nil {
+				e.t.Errorf("message %d: %v", i, err)
+			}
+		}
+		got := e.ids(e.consume(q, 100), n-1)
+		slices.Sort(got)
+		wantIDs(e.t, got, want...)
+		if errs := bp.PublishBatch(e.t.Context(), nil); len(errs) != 0 {
+			e.t.Errorf("an empty batch: got %v", errs)
+		}
+	}},
 	{"PublishingToAMissingQueueIsUnroutable", func(e *env) {
 		err := e.b.Publish(e.t.Context(), msg(e.queue("missing"), "lost", 0))
 		wantErr(e.t, "publish", err, broker.ErrUnroutable)
@@ -119,13 +161,16 @@ var tests = []struct {
 		e.declare(broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true})
 		c := e.consume(q, 1)
 		start := time.Now()
-		e.hold(msg(q, "held", 10), time.Second)
+		held := msg(q, "held", 10)
+		held.DueAt = time.UnixMilli(1767268800123)
+		e.hold(held, time.Second)
 		d := e.recv(c, time.Second+e.slack)
 		if waited := time.Since(start); waited < time.Second {
 			e.t.Errorf("released after %v, before its 1s TTL", waited)
 		}
-		if got := d.Message(); got.ID != "held" || got.Priority != 10 {
-			e.t.Errorf("released message: got %s at priority %d, want held at 10", got.ID, got.Priority)
+		if got := d.Message(); got.ID != "held" || got.Priority != 10 || !got.FromHold || !got.DueAt.Equal(held.DueAt) {
+			e.t.Errorf("released message: got %s at priority %d, from a hold %t, due %v; want held at 10, from a hold, due %v",
+				got.ID, got.Priority, got.FromHold, got.DueAt, held.DueAt)
 		}
 		e.ack(d)
 	}},

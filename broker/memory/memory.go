@@ -162,11 +162,42 @@ func (b *Backend) Publish(ctx context.Context, msg broker.Message) error {
 	if b.closed {
 		return broker.ErrClosed
 	}
+	b.releaseDueLocked()
+	return b.publishLocked(msg)
+}
+
+// PublishBatch publishes msgs under one hold of the lock (see
+// broker.BatchPublisher); they land in order.
+func (b *Backend) PublishBatch(ctx context.Context, msgs []broker.Message) []error {
+	errs := make([]error, len(msgs))
+	fail := func(err error) []error {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return fail(broker.ErrClosed)
+	}
+	b.releaseDueLocked()
+	for i, msg := range msgs {
+		errs[i] = b.publishLocked(msg)
+	}
+	return errs
+}
+
+// publishLocked lands msg on its queue, or says it is unroutable.
+func (b *Backend) publishLocked(msg broker.Message) error {
+	msg.FromHold = false
 	q, ok := b.queues[msg.Queue]
 	if !ok {
 		return fmt.Errorf("%w: publish to %q", broker.ErrUnroutable, msg.Queue)
 	}
-	b.releaseDueLocked()
 	b.landLocked(q, msg)
 	b.dispatchLocked(q)
 	return nil
@@ -220,6 +251,7 @@ func (b *Backend) DeadLetter(ctx context.Context, dl broker.DeadLetter) error {
 	b.releaseDueLocked()
 	msg := dl.Message
 	msg.Headers = broker.DeadLetterHeaders(dl)
+	msg.FromHold = false
 	b.landLocked(q, msg)
 	b.dispatchLocked(q)
 	return nil
@@ -298,6 +330,7 @@ func (b *Backend) releaseDueLocked() {
 	touched := map[*queue]bool{}
 	for len(b.held) > 0 && !b.held[0].due.After(now) {
 		h := heap.Pop(&b.held).(*held)
+		h.msg.FromHold = true
 		q := b.queues[h.msg.Queue]
 		b.landLocked(q, h.msg)
 		touched[q] = true

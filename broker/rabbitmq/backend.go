@@ -185,6 +185,28 @@ func (b *Backend) Publish(ctx context.Context, msg broker.Message) error {
 	return b.publish(ctx, msg.Queue, publishing(msg, nil))
 }
 
+// PublishBatch publishes msgs on one channel with up to 256 confirms in
+// flight (see broker.BatchPublisher). A message whose confirm was lost with
+// the connection is published again on the next one, as Publish does.
+func (b *Backend) PublishBatch(ctx context.Context, msgs []broker.Message) []error {
+	errs := make([]error, len(msgs))
+	todo := make([]int, len(msgs))
+	for i := range todo {
+		todo[i] = i
+	}
+	for len(todo) > 0 {
+		s, err := b.session(ctx)
+		if err != nil {
+			for _, i := range todo {
+				errs[i] = err
+			}
+			break
+		}
+		todo = s.publishBatch(ctx, msgs, todo, errs)
+	}
+	return errs
+}
+
 // Hold declares the hold queue for ttl (unless it was declared less than
 // ttl/2 ago, so it cannot expire under the message) and publishes msg into
 // it; the broker dead-letters it back to msg.Queue when ttl has passed.

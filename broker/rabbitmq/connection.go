@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -273,18 +274,88 @@ func (s *session) publish(ctx context.Context, queue string, pub amqp.Publishing
 	if err != nil {
 		return err
 	}
-	err = p.publish(ctx, queue, pub)
-	if err != nil && ctx.Err() != nil {
-		// The broker blocks a connection when it first publishes during an
-		// alarm: the confirm of that publish is what waited.
-		s.blockMu.Lock()
-		reason := s.blockedBy
-		s.blockMu.Unlock()
-		if reason != "" {
-			return fmt.Errorf("%w (%s): %w", ErrBlocked, reason, ctx.Err())
-		}
+	return s.blockedOr(ctx, p.publish(ctx, queue, pub))
+}
+
+// blockedOr says ErrBlocked for a publish whose ctx ended while the broker
+// blocked the connection: it blocks a connection when it first publishes
+// during an alarm, and the confirm of that publish is what waited.
+func (s *session) blockedOr(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
+	}
+	s.blockMu.Lock()
+	reason := s.blockedBy
+	s.blockMu.Unlock()
+	if reason != "" {
+		return fmt.Errorf("%w (%s): %w", ErrBlocked, reason, ctx.Err())
 	}
 	return err
+}
+
+// batchWindow bounds the confirms one PublishBatch keeps in flight.
+const batchWindow = 256
+
+// publishBatch publishes msgs[i] for each i of todo on one channel, with up
+// to batchWindow confirms in flight, and sets errs[i]. It returns the
+// indexes whose publish was lost with the connection, to publish again on
+// the next one.
+func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo []int, errs []error) (lost []int) {
+	p, err := s.publisher()
+	if err != nil {
+		if errors.Is(err, ErrConnectionLost) {
+			return todo
+		}
+		for _, i := range todo {
+			errs[i] = err
+		}
+		return nil
+	}
+	type inFlight struct {
+		i         int
+		confirmed <-chan error
+	}
+	window := make([]inFlight, 0, batchWindow) // oldest first
+	settle := func(f inFlight) {
+		err := s.blockedOr(ctx, p.wait(ctx, msgs[f.i].Queue, f.confirmed))
+		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
+			lost = append(lost, f.i)
+			return
+		}
+		errs[f.i] = err
+	}
+	for k, i := range todo {
+		if len(window) == batchWindow {
+			settle(window[0])
+			window = window[1:]
+		}
+		if err := s.waitUnblocked(ctx); err != nil {
+			for _, j := range todo[k:] {
+				errs[j] = err
+			}
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			for _, j := range todo[k:] {
+				errs[j] = err
+			}
+			break
+		}
+		confirmed, err := p.send(msgs[i].Queue, publishing(msgs[i], nil))
+		if errors.Is(err, ErrConnectionLost) {
+			lost = append(lost, todo[k:]...)
+			break
+		}
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		window = append(window, inFlight{i, confirmed})
+	}
+	for _, f := range window {
+		settle(f)
+	}
+	return lost
 }
 
 // declare declares one queue on the declaration channel, kept apart from
@@ -351,9 +422,12 @@ func (s *session) declareAll(ctx context.Context, specs []broker.QueueSpec) erro
 // anything else as it is.
 func lostOr(err error) error {
 	var amqpErr *amqp.Error
+	var netErr net.Error
 	// A soft (channel) error such as NOT_FOUND is an answer; a closed
-	// channel or a hard (connection) error means the connection is gone.
-	if errors.Is(err, amqp.ErrClosed) || (errors.As(err, &amqpErr) && !amqpErr.Recover) {
+	// channel, a hard (connection) error, or a socket that failed under a
+	// write (the connection reset) means the connection is gone.
+	if errors.Is(err, amqp.ErrClosed) || (errors.As(err, &amqpErr) && !amqpErr.Recover) ||
+		errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return fmt.Errorf("%w: %v", ErrConnectionLost, err)
 	}
 	return fmt.Errorf("rabbitmq: %w", err)

@@ -164,6 +164,63 @@ func TestPublishesWaitForTheConnection(t *testing.T) {
 	}
 }
 
+// A batch whose connection is cut half-way goes on on the next one: every
+// message is confirmed, and every one reaches the queue (those whose
+// confirm was lost with the connection may arrive twice).
+func TestABatchOutlivesItsConnection(t *testing.T) {
+	proxy := newProxy(t, "127.0.0.1:5672")
+	prefix := unique("batchcut")
+	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	ctx := t.Context()
+	b, err := rabbitmq.Dial(ctx, "amqp://guest:guest@"+proxy.addr+"/", &rabbitmq.Options{
+		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	q := prefix + ".work"
+	if err := b.Declare(ctx, broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 3000
+	msgs := make([]broker.Message, n)
+	for i := range msgs {
+		msgs[i] = broker.Message{Queue: q, ID: fmt.Sprintf("m%04d", i), Body: []byte(`{"pad":"` + strings.Repeat("x", 200) + `"}`)}
+	}
+	// About a third of the batch's bytes, then the cut.
+	cut := proxy.cutAfter(n / 3 * 300)
+	published := make(chan []error, 1)
+	go func() { published <- b.PublishBatch(ctx, msgs) }()
+	<-cut
+	proxy.up()
+	for i, err := range <-published {
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+
+	direct := rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
+	defer direct.Close()
+	c, err := direct.Consume(ctx, q, 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Cancel()
+	seen := map[string]int{}
+	for len(seen) < n {
+		select {
+		case d := <-c.Deliveries():
+			seen[d.Message().ID]++
+			if err := d.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d messages arrived", len(seen), n)
+		}
+	}
+}
+
 // proxy forwards a loopback port to the broker and can be cut.
 type proxy struct {
 	t      *testing.T
@@ -173,6 +230,44 @@ type proxy struct {
 	l      net.Listener
 	conns  []net.Conn
 	wg     sync.WaitGroup
+
+	cutAt  int64         // once this many bytes went to the broker, cut (0: never)
+	sent   int64         // bytes gone to the broker since cutAfter
+	cutNow chan struct{} // closed at the cut
+}
+
+// cutAfter cuts the proxy (as down does) once n more bytes have gone to the
+// broker; the channel is closed then.
+func (p *proxy) cutAfter(n int64) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cutAt, p.sent, p.cutNow = n, 0, make(chan struct{})
+	return p.cutNow
+}
+
+// toBroker counts bytes on their way to the broker for cutAfter.
+type toBroker struct {
+	p *proxy
+	w io.Writer
+}
+
+func (t toBroker) Write(b []byte) (int, error) {
+	n, err := t.w.Write(b)
+	p := t.p
+	p.mu.Lock()
+	cut := false
+	if p.cutAt > 0 {
+		p.sent += int64(n)
+		if p.sent >= p.cutAt {
+			p.cutAt, cut = 0, true
+		}
+	}
+	p.mu.Unlock()
+	if cut {
+		p.down()
+		close(p.cutNow)
+	}
+	return n, err
 }
 
 func newProxy(t *testing.T, target string) *proxy {
@@ -205,7 +300,7 @@ func (p *proxy) serve(l net.Listener) {
 			p.mu.Lock()
 			p.conns = append(p.conns, c, up)
 			p.mu.Unlock()
-			p.wg.Go(func() { _, _ = io.Copy(up, c); up.Close() })
+			p.wg.Go(func() { _, _ = io.Copy(toBroker{p, up}, c); up.Close() })
 			p.wg.Go(func() { _, _ = io.Copy(c, up); c.Close() })
 		}
 	})

@@ -194,7 +194,8 @@ func (d *delivery) settleErr(err error) error {
 
 // message reads a delivery back into a broker.Message: the properties of
 // SPEC §7, and the string form of the other headers, without the ones the
-// broker adds on dead-lettering (x-death and friends).
+// broker adds on dead-lettering (x-death and friends; x-death says the
+// message came back from a hold queue).
 func message(queue string, d amqp.Delivery) broker.Message {
 	m := broker.Message{
 		Queue:         queue,
@@ -217,7 +218,9 @@ func message(queue string, d amqp.Delivery) broker.Message {
 					m.DueAt = time.UnixMilli(ms)
 				}
 			}
-		case k == "x-death" || strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-"):
+		case k == "x-death":
+			m.FromHold = true
+		case strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-"):
 		default:
 			if m.Headers == nil {
 				m.Headers = map[string]string{}

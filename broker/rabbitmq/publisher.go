@@ -148,9 +148,19 @@ func (p *publisher) publish(ctx context.Context, queue string, pub amqp.Publishi
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	confirmed, err := p.send(queue, pub)
+	if err != nil {
+		return err
+	}
+	return p.wait(ctx, queue, confirmed)
+}
+
+// send sends pub to queue through the default exchange, mandatory, and
+// returns where its outcome will come (see wait).
+func (p *publisher) send(queue string, pub amqp.Publishing) (confirmed <-chan error, _ error) {
 	dc, err := p.ch.PublishWithDeferredConfirm("", queue, true, false, pub)
 	if err != nil {
-		return lostOr(err)
+		return nil, lostOr(err)
 	}
 	done := make(chan error, 1)
 	p.mu.Lock()
@@ -161,12 +171,17 @@ func (p *publisher) publish(ctx context.Context, queue string, pub amqp.Publishi
 		p.pending[dc.DeliveryTag] = &pendingPublish{id: pub.MessageId, done: done}
 	}
 	p.mu.Unlock()
+	return done, nil
+}
+
+// wait waits for the outcome of a publish to queue that send started.
+func (p *publisher) wait(ctx context.Context, queue string, confirmed <-chan error) error {
 	select {
-	case err := <-done:
+	case err := <-confirmed:
 		return err
 	case <-p.dead:
 		select {
-		case err := <-done:
+		case err := <-confirmed:
 			return err
 		default:
 			p.mu.Lock()

@@ -1,0 +1,32 @@
+package rabbitmq
+
+import (
+	"errors"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// lostOr tells a connection that is gone (publish again on the next one)
+// from an answer of the broker (report it).
+func TestLostOrTellsALostConnectionFromAnAnswer(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		lost bool
+	}{
+		{"closed channel", amqp.ErrClosed, true},
+		{"hard error", &amqp.Error{Code: amqp.ConnectionForced, Reason: "shutdown", Server: true, Recover: false}, true},
+		{"reset under a write", &net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET}, true},
+		{"end of the stream", io.EOF, true},
+		{"soft error", &amqp.Error{Code: amqp.NotFound, Reason: "no queue", Server: true, Recover: true}, false},
+		{"anything else", errors.New("frame too large"), false},
+	} {
+		if got := errors.Is(lostOr(c.err), ErrConnectionLost); got != c.lost {
+			t.Errorf("%s: lost %t, want %t", c.name, got, c.lost)
+		}
+	}
+}
