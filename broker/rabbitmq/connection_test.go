@@ -134,25 +134,12 @@ func TestAChangedMaxPriorityIsAClearErrorOnTheBroker(t *testing.T) {
 // While the broker cannot be reached, a publish waits for it, bounded by
 // its ctx, and goes through once the connection is back.
 func TestPublishesWaitForTheConnection(t *testing.T) {
-	proxy := newProxy(t, "127.0.0.1:5672")
-	prefix := unique("wait")
-	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	proxy, b, q := throughProxy(t, "wait")
 	ctx := t.Context()
-	b, err := rabbitmq.Dial(ctx, "amqp://guest:guest@"+proxy.addr+"/", &rabbitmq.Options{
-		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	q := prefix + ".work"
-	if err := b.Declare(ctx, broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
-		t.Fatal(err)
-	}
 	proxy.down()
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	err = b.Publish(short, broker.Message{Queue: q, ID: "1", Body: []byte("{}")})
+	err := b.Publish(short, broker.Message{Queue: q, ID: "1", Body: []byte("{}")})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("publish while down: got %v, want the ctx deadline", err)
 	}
@@ -168,21 +155,8 @@ func TestPublishesWaitForTheConnection(t *testing.T) {
 // message is confirmed, and every one reaches the queue (those whose
 // confirm was lost with the connection may arrive twice).
 func TestABatchOutlivesItsConnection(t *testing.T) {
-	proxy := newProxy(t, "127.0.0.1:5672")
-	prefix := unique("batchcut")
-	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	proxy, b, q := throughProxy(t, "batchcut")
 	ctx := t.Context()
-	b, err := rabbitmq.Dial(ctx, "amqp://guest:guest@"+proxy.addr+"/", &rabbitmq.Options{
-		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	q := prefix + ".work"
-	if err := b.Declare(ctx, broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
-		t.Fatal(err)
-	}
 	const n = 3000
 	msgs := make([]broker.Message, n)
 	for i := range msgs {
@@ -219,6 +193,28 @@ func TestABatchOutlivesItsConnection(t *testing.T) {
 			t.Fatalf("%d of %d messages arrived", len(seen), n)
 		}
 	}
+}
+
+// throughProxy dials the broker through a proxy that a test can cut, with
+// quick reconnects, and declares a work queue of a unique name; the queue
+// is deleted and the backend closed when the test ends.
+func throughProxy(t *testing.T, name string) (*proxy, *rabbitmq.Backend, string) {
+	t.Helper()
+	proxy := newProxy(t, "127.0.0.1:5672")
+	prefix := unique(name)
+	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	b, err := rabbitmq.Dial(t.Context(), "amqp://guest:guest@"+proxy.addr+"/", &rabbitmq.Options{
+		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	q := prefix + ".work"
+	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	return proxy, b, q
 }
 
 // proxy forwards a loopback port to the broker and can be cut.
