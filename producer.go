@@ -189,15 +189,15 @@ func (p *Producer) publishBatch(ctx context.Context, bp broker.BatchPublisher, j
 	if len(msgs) == 0 {
 		return
 	}
-	for k, err := range bp.PublishBatch(ctx, msgs) {
-		dones[k](err)
+	bp.PublishBatch(ctx, msgs, func(k int, err error) {
+		dones[k](err) // a send span ends at its own confirm
 		i := index[k]
 		if err != nil {
 			errs[i] = fmt.Errorf("job %d: enqueue %s on %q: %w", i, msgs[k].Type, msgs[k].Queue, err)
-			continue
+			return
 		}
 		ids[i] = msgs[k].ID
-	}
+	})
 }
 
 // EnqueueAfter publishes job to wait d (rounded up to the queue set's

@@ -120,10 +120,13 @@ type Backend interface {
 // backend has it.
 type BatchPublisher interface {
 	// PublishBatch publishes each of msgs as Publish would, and returns
-	// when every one is confirmed or has failed: errs[i] is msgs[i]'s
-	// outcome, nil once confirmed. A message that fails does not stop the
-	// others. Messages may reach their queues out of order.
-	PublishBatch(ctx context.Context, msgs []Message) (errs []error)
+	// when every one is confirmed or has failed. It calls settled once per
+	// message, from the goroutine that called PublishBatch, as soon as
+	// that message's outcome is known: i is its index in msgs and err is
+	// nil once it is confirmed. A message that fails does not stop the
+	// others. Messages may reach their queues, and be settled, out of
+	// order.
+	PublishBatch(ctx context.Context, msgs []Message, settled func(i int, err error))
 }
 
 // Consumer receives deliveries from one queue.

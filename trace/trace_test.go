@@ -107,6 +107,37 @@ func TestASucceedingJobIsASendAndAProcessUnderTheCallersSpan(t *testing.T) {
 	})
 }
 
+// Each job of a batch is its own lifecycle: a send span of its own, under
+// the caller's span, and the process span of its run.
+func TestEachJobOfABatchIsItsOwnTrace(t *testing.T) {
+	r := newRig(t)
+	set := setOf(work)
+	clocktest.Run(t, set, r.options(), func(t *testing.T, h *clocktest.Harness) {
+		handle(t, h)
+		p := r.producer(t, h.Backend, set, h.Clock)
+		ctx, request := r.tp.Tracer("test").Start(t.Context(), "request")
+		ids, err := p.EnqueueBatch(ctx, []queuey.Job{job{Name: "a"}, job{Name: "b"}, job{Name: "c"}})
+		request.End()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Advance(time.Second)
+		for _, id := range ids {
+			chain := lifecycle(t, r.spans.Ended(), id)
+			diffSpans(t, chain, []spanView{
+				sendView(id, "enqueue", 1, 0, 0),
+				processView(id, 1, 0, 0, queuey.Succeeded),
+			})
+			if got, want := chain[0].Parent().SpanID(), request.SpanContext().SpanID(); got != want {
+				t.Errorf("job %s: send span's parent: got %s, want the caller's span %s", id, got, want)
+			}
+		}
+		if diff := cmp.Diff(map[string]int64{"succeeded": 3}, r.metrics(t).outcomes(t)); diff != "" {
+			t.Errorf("queuey.jobs (-want +got):\n%s", diff)
+		}
+	})
+}
+
 func TestARetriedJobIsOneTrace(t *testing.T) {
 	r := newRig(t)
 	set := setOf(work)

@@ -126,9 +126,16 @@ var tests = []struct {
 			}
 			want = append(want, msgs[i].ID)
 		}
-		errs := bp.PublishBatch(e.t.Context(), msgs)
-		if len(errs) != n {
-			e.t.Fatalf("got %d errors for %d messages", len(errs), n)
+		errs := make([]error, n)
+		times := make([]int, n)
+		bp.PublishBatch(e.t.Context(), msgs, func(i int, err error) {
+			errs[i] = err
+			times[i]++
+		})
+		for i, k := range times {
+			if k != 1 {
+				e.t.Fatalf("message %d was settled %d times, want once", i, k)
+			}
 		}
 		for i, err := range errs {
 			if i == 300 {
@@ -140,9 +147,9 @@ var tests = []struct {
 		got := e.ids(e.consume(q, 100), n-1)
 		slices.Sort(got)
 		wantIDs(e.t, got, want...)
-		if errs := bp.PublishBatch(e.t.Context(), nil); len(errs) != 0 {
-			e.t.Errorf("an empty batch: got %v", errs)
-		}
+		bp.PublishBatch(e.t.Context(), nil, func(i int, err error) {
+			e.t.Errorf("an empty batch settled message %d: %v", i, err)
+		})
 	}},
 	{"PublishingToAMissingQueueIsUnroutable", func(e *env) {
 		err := e.b.Publish(e.t.Context(), msg(e.queue("missing"), "lost", 0))

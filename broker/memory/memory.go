@@ -167,8 +167,16 @@ func (b *Backend) Publish(ctx context.Context, msg broker.Message) error {
 }
 
 // PublishBatch publishes msgs under one hold of the lock (see
-// broker.BatchPublisher); they land in order.
-func (b *Backend) PublishBatch(ctx context.Context, msgs []broker.Message) []error {
+// broker.BatchPublisher); they land in order, and are settled in order once
+// the lock is released.
+func (b *Backend) PublishBatch(ctx context.Context, msgs []broker.Message, settled func(i int, err error)) {
+	errs := b.publishAll(ctx, msgs)
+	for i, err := range errs {
+		settled(i, err)
+	}
+}
+
+func (b *Backend) publishAll(ctx context.Context, msgs []broker.Message) []error {
 	errs := make([]error, len(msgs))
 	fail := func(err error) []error {
 		for i := range errs {

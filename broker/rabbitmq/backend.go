@@ -188,8 +188,7 @@ func (b *Backend) Publish(ctx context.Context, msg broker.Message) error {
 // PublishBatch publishes msgs on one channel with up to 256 confirms in
 // flight (see broker.BatchPublisher). A message whose confirm was lost with
 // the connection is published again on the next one, as Publish does.
-func (b *Backend) PublishBatch(ctx context.Context, msgs []broker.Message) []error {
-	errs := make([]error, len(msgs))
+func (b *Backend) PublishBatch(ctx context.Context, msgs []broker.Message, settled func(i int, err error)) {
 	todo := make([]int, len(msgs))
 	for i := range todo {
 		todo[i] = i
@@ -198,13 +197,12 @@ func (b *Backend) PublishBatch(ctx context.Context, msgs []broker.Message) []err
 		s, err := b.session(ctx)
 		if err != nil {
 			for _, i := range todo {
-				errs[i] = err
+				settled(i, err)
 			}
-			break
+			return
 		}
-		todo = s.publishBatch(ctx, msgs, todo, errs)
+		todo = s.publishBatch(ctx, msgs, todo, settled)
 	}
-	return errs
 }
 
 // Hold declares the hold queue for ttl (unless it was declared less than

@@ -297,17 +297,17 @@ func (s *session) blockedOr(ctx context.Context, err error) error {
 const batchWindow = 256
 
 // publishBatch publishes msgs[i] for each i of todo on one channel, with up
-// to batchWindow confirms in flight, and sets errs[i]. It returns the
-// indexes whose publish was lost with the connection, to publish again on
-// the next one.
-func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo []int, errs []error) (lost []int) {
+// to batchWindow confirms in flight, and tells settled each outcome. It
+// returns the indexes whose publish was lost with the connection, to
+// publish again on the next one; those are not settled yet.
+func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo []int, settled func(i int, err error)) (lost []int) {
 	p, err := s.publisher()
 	if err != nil {
 		if errors.Is(err, ErrConnectionLost) {
 			return todo
 		}
 		for _, i := range todo {
-			errs[i] = err
+			settled(i, err)
 		}
 		return nil
 	}
@@ -322,22 +322,20 @@ func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo 
 			lost = append(lost, f.i)
 			return
 		}
-		errs[f.i] = err
+		settled(f.i, err)
 	}
 	for k, i := range todo {
 		if len(window) == batchWindow {
 			settle(window[0])
 			window = window[1:]
 		}
-		if err := s.waitUnblocked(ctx); err != nil {
-			for _, j := range todo[k:] {
-				errs[j] = err
-			}
-			break
+		err := s.waitUnblocked(ctx)
+		if err == nil {
+			err = ctx.Err()
 		}
-		if err := ctx.Err(); err != nil {
+		if err != nil {
 			for _, j := range todo[k:] {
-				errs[j] = err
+				settled(j, err)
 			}
 			break
 		}
@@ -347,7 +345,7 @@ func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo 
 			break
 		}
 		if err != nil {
-			errs[i] = err
+			settled(i, err)
 			continue
 		}
 		window = append(window, inFlight{i, confirmed})

@@ -164,13 +164,21 @@ func TestABatchOutlivesItsConnection(t *testing.T) {
 	}
 	// About a third of the batch's bytes, then the cut.
 	cut := proxy.cutAfter(n / 3 * 300)
-	published := make(chan []error, 1)
-	go func() { published <- b.PublishBatch(ctx, msgs) }()
+	type outcome struct {
+		err   error
+		times int
+	}
+	published := make(chan []outcome, 1)
+	go func() {
+		out := make([]outcome, n)
+		b.PublishBatch(ctx, msgs, func(i int, err error) { out[i].err, out[i].times = err, out[i].times+1 })
+		published <- out
+	}()
 	<-cut
 	proxy.up()
-	for i, err := range <-published {
-		if err != nil {
-			t.Fatalf("message %d: %v", i, err)
+	for i, o := range <-published {
+		if o.err != nil || o.times != 1 {
+			t.Fatalf("message %d: settled %d times, last with %v; want once, confirmed", i, o.times, o.err)
 		}
 	}
 
