@@ -3,9 +3,11 @@ package queuey_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strconv"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -152,6 +154,44 @@ func TestADeliveryIsDueAtItsEnqueueItsReleaseOrItsReplay(t *testing.T) {
 		}
 		if diff := cmp.Diff(want, due); diff != "" {
 			t.Errorf("due times (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// The copy a worker publishes in place of a redelivered job (PoisonAfter)
+// is due when the original was: at the end of its wait, not at its enqueue.
+func TestACountedCopyIsDueWhenTheOriginalWas(t *testing.T) {
+	hl := &hookLog{}
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{ShutdownTimeout: time.Second}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		start := h.Clock.Now()
+		mustID(t)(h.Producer.EnqueueAfter(t.Context(), betaJob{plan{Name: "slow", Block: 10 * time.Hour}}, time.Hour))
+		h.Advance(time.Hour + time.Second) // released, and running
+		must(t, h.Stop())                  // cut short: the job goes back, to be redelivered
+
+		second, err := queuey.NewWorker(h.Backend, app, &queuey.WorkerConfig{
+			Clock: h.Clock, Hooks: hl.hooks(), PoisonAfter: 3, Logger: slog.New(slog.DiscardHandler),
+		})
+		must(t, err)
+		must(t, queuey.Handle(second, func(context.Context, betaJob, queuey.JobContext) error { return nil }))
+		ctx, stop := context.WithCancel(t.Context())
+		stopped := make(chan error, 1)
+		go func() { stopped <- second.Run(ctx) }()
+		synctest.Wait()
+		stop()
+		must(t, <-stopped)
+
+		hl.mu.Lock()
+		defer hl.mu.Unlock()
+		if len(hl.deliveries) != 2 {
+			t.Fatalf("deliveries: got %d, want the redelivered original and its copy", len(hl.deliveries))
+		}
+		released := start.Add(time.Hour).Truncate(time.Millisecond)
+		for i, d := range hl.deliveries {
+			if !d.DueAt.Equal(released) {
+				t.Errorf("delivery %d (redelivered %t): due %v, want %v, the end of its wait", i, d.Job.Redelivered, d.DueAt, released)
+			}
 		}
 	})
 }

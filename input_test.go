@@ -179,26 +179,65 @@ func TestADeferralNoHoldCanGiveIsDeadLettered(t *testing.T) {
 	})
 }
 
-func TestEnqueueBatchReportsEachJob(t *testing.T) {
-	b := memory.New(nil)
-	p, err := queuey.NewProducer(t.Context(), b, app, nil)
-	must(t, err)
-	jobs := []queuey.Job{alphaJob{named("a")}, nil, betaJob{named("b")}, elsewhere{}, gammaJob{named("c")}}
-	ids, err := p.EnqueueBatch(t.Context(), jobs)
-	if !errors.Is(err, queuey.ErrInvalidJob) || !errors.Is(err, queuey.ErrUnknownQueue) ||
-		!strings.Contains(err.Error(), "job 1:") || !strings.Contains(err.Error(), "job 3:") {
-		t.Errorf("err: got %v, want the failures of jobs 1 and 3", err)
-	}
-	for i, id := range ids {
-		if failed := i == 1 || i == 3; (id == "") != failed {
-			t.Errorf("ids[%d] = %q", i, id)
+// publishOnly hides the memory backend's PublishBatch: a producer then
+// enqueues a batch with concurrent Publish calls.
+type publishOnly struct{ broker.Backend }
+
+// forgetful settles every message of a batch but the second.
+type forgetful struct{ *memory.Backend }
+
+func (f forgetful) PublishBatch(ctx context.Context, msgs []broker.Message, settled func(int, error)) {
+	f.Backend.PublishBatch(ctx, msgs, func(i int, err error) {
+		if i != 1 {
+			settled(i, err)
 		}
+	})
+}
+
+func TestEnqueueBatchReportsEachJob(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		wrap func(*memory.Backend) broker.Backend
+	}{
+		{"batch publisher", func(b *memory.Backend) broker.Backend { return b }},
+		{"concurrent publishes", func(b *memory.Backend) broker.Backend { return publishOnly{b} }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := memory.New(nil)
+			p, err := queuey.NewProducer(t.Context(), c.wrap(b), app, nil)
+			must(t, err)
+			jobs := []queuey.Job{alphaJob{named("a")}, nil, betaJob{named("b")}, elsewhere{}, gammaJob{named("c")}}
+			ids, err := p.EnqueueBatch(t.Context(), jobs)
+			if !errors.Is(err, queuey.ErrInvalidJob) || !errors.Is(err, queuey.ErrUnknownQueue) ||
+				!strings.Contains(err.Error(), "job 1:") || !strings.Contains(err.Error(), "job 3:") {
+				t.Errorf("err: got %v, want the failures of jobs 1 and 3", err)
+			}
+			for i, id := range ids {
+				if failed := i == 1 || i == 3; (id == "") != failed {
+					t.Errorf("ids[%d] = %q", i, id)
+				}
+			}
+			if got := b.Pending(qAlpha) + b.Pending(qBeta) + b.Pending(qGamma); got != 3 {
+				t.Errorf("pending: got %d, want 3", got)
+			}
+			if ids, err := p.EnqueueBatch(t.Context(), nil); err != nil || len(ids) != 0 {
+				t.Errorf("empty batch: got %v, %v", ids, err)
+			}
+		})
 	}
-	if got := b.Pending(qAlpha) + b.Pending(qBeta) + b.Pending(qGamma); got != 3 {
-		t.Errorf("pending: got %d, want 3", got)
+}
+
+// A backend that does not report a publish of a batch makes that job fail
+// with an error that says so, rather than leave its id empty and no error.
+func TestAnUnreportedPublishOfABatchIsAnError(t *testing.T) {
+	p, err := queuey.NewProducer(t.Context(), forgetful{memory.New(nil)}, app, nil)
+	must(t, err)
+	ids, err := p.EnqueueBatch(t.Context(), []queuey.Job{alphaJob{named("a")}, alphaJob{named("b")}, alphaJob{named("c")}})
+	if err == nil || !strings.Contains(err.Error(), "job 1:") || !strings.Contains(err.Error(), "did not report") {
+		t.Errorf("err: got %v, want job 1's unreported publish", err)
 	}
-	if ids, err := p.EnqueueBatch(t.Context(), nil); err != nil || len(ids) != 0 {
-		t.Errorf("empty batch: got %v, %v", ids, err)
+	if ids[0] == "" || ids[1] != "" || ids[2] == "" {
+		t.Errorf("ids: got %q, want jobs 0 and 2 only", ids)
 	}
 }
 

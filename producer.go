@@ -143,7 +143,10 @@ const batchInFlight = 256
 // round trip. It returns when every job is confirmed or has failed: ids[i]
 // is jobs[i]'s id, or "" when it failed, and err joins the failures, each
 // naming its job's index. A job that fails does not stop the others. Jobs
-// may reach their queues in another order than jobs has.
+// may reach their queues in another order than jobs has. On RabbitMQ the
+// batch shares one channel: a publish the broker refuses outright (a
+// message over its size limit) closes the channel, and the jobs in flight
+// beside it fail with the same error; they may have been published.
 func (p *Producer) EnqueueBatch(ctx context.Context, jobs []Job) ([]string, error) {
 	ids := make([]string, len(jobs))
 	errs := make([]error, len(jobs))
@@ -189,7 +192,9 @@ func (p *Producer) publishBatch(ctx context.Context, bp broker.BatchPublisher, j
 	if len(msgs) == 0 {
 		return
 	}
+	settled := make([]bool, len(msgs))
 	bp.PublishBatch(ctx, msgs, func(k int, err error) {
+		settled[k] = true
 		dones[k](err) // a send span ends at its own confirm
 		i := index[k]
 		if err != nil {
@@ -198,6 +203,13 @@ func (p *Producer) publishBatch(ctx context.Context, bp broker.BatchPublisher, j
 		}
 		ids[i] = msgs[k].ID
 	})
+	for k, ok := range settled {
+		if !ok { // a backend that broke its contract: say so, never a silent ""
+			err := fmt.Errorf("%T.PublishBatch did not report the outcome of this publish", bp)
+			dones[k](err)
+			errs[index[k]] = fmt.Errorf("job %d: enqueue %s on %q: %w", index[k], msgs[k].Type, msgs[k].Queue, err)
+		}
+	}
 }
 
 // EnqueueAfter publishes job to wait d (rounded up to the queue set's

@@ -145,7 +145,7 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool,
 					quarantine(d)
 					continue
 				}
-				if err := a.w.slots.acquire(pullCtx); err != nil {
+				if err := a.w.slots.Acquire(pullCtx, 1); err != nil {
 					resumeMu.Lock()
 					unstarted = append(unstarted, d)
 					resumeMu.Unlock()
@@ -156,7 +156,7 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool,
 				default:
 					a.w.process(handlerCtx, a.q, a.hold, d, pause)
 				}
-				a.w.slots.release()
+				a.w.slots.Release(1)
 			}
 		})
 	}
@@ -284,21 +284,21 @@ func (a *queueActor) runIsolated(ctx context.Context, suspect broker.Delivery, l
 			a.w.setAside(ctx, a.q, d)
 			continue
 		}
-		if err := a.w.slots.acquire(a.stopping); err != nil {
+		if err := a.w.slots.Acquire(a.stopping, 1); err != nil {
 			a.giveBack(d)
 			continue
 		}
 		running.Go(func() {
-			defer a.w.slots.release()
+			defer a.w.slots.Release(1)
 			a.w.process(ctx, a.q, a.hold, d, pause)
 		})
 	}
 	running.Wait()
-	if err := a.w.slots.acquire(a.stopping); err != nil {
+	if err := a.w.slots.Acquire(a.stopping, 1); err != nil {
 		a.giveBack(suspect)
 		return resume
 	}
-	defer a.w.slots.release()
+	defer a.w.slots.Release(1)
 	log.l.Info("running a job that was in flight when a worker crashed, alone", "job_id", suspect.Message().ID)
 	a.w.process(ctx, a.q, a.hold, suspect, pause)
 	return resume
@@ -422,7 +422,7 @@ func (w *Worker) process(ctx context.Context, q *queueConfig, hold *actor.Actor[
 	}
 	info := &DeliveryInfo{System: w.backend.Name(), Queue: q.broker, Job: jc, Headers: msg.Headers, DueAt: due, Started: started}
 	ctx, finish := w.hooks.Deliver(ctx, info)
-	out := w.settleDelivery(ctx, q, hold, d, msg, env, decodeErr, jc, pause)
+	out := w.settleDelivery(ctx, q, hold, d, msg, env, decodeErr, info.Job, pause)
 	if finish != nil {
 		finish(out)
 	}
@@ -580,6 +580,9 @@ func (w *Worker) countRedelivery(ctx context.Context, log jobLog, d broker.Deliv
 			fmt.Sprintf("poison: delivered %d times without being settled; it may crash its worker", n), nil, jc), true
 	}
 	again := original()
+	// The copy is due when the original was: a stamp is kept, and without
+	// one the copy's enqueued_at is the original's.
+	again.DueAt = msg.DueAt
 	again.Headers = maps.Clone(msg.Headers)
 	if again.Headers == nil {
 		again.Headers = map[string]string{}

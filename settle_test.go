@@ -2,6 +2,7 @@ package queuey_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -53,10 +54,10 @@ func TestAFailedDeferralIsCountedAndTheJobComesBack(t *testing.T) {
 	})
 }
 
-// The cap on running handlers holds whether the worker needs a semaphore
-// for it (Concurrency 2 or 5 under pools of 2+1+1 or 4+1+1 handlers) or not
-// (6, the default outside clocktest, which the pools of 4+1+1 cannot
-// exceed), and it is reached.
+// The cap on running handlers holds, and is reached, whether the queues'
+// handler pools (min(prefetch, concurrency) each: 2+1+1, 4+1+1, 4+1+1)
+// could exceed it (Concurrency 2 and 5) or not (6, the default outside
+// clocktest).
 func TestConcurrencyIsCapped(t *testing.T) {
 	for _, c := range []struct {
 		concurrency int
@@ -244,5 +245,53 @@ func TestAJobThatKeepsCrashingItsWorkerIsDeadLetteredAsPoison(t *testing.T) {
 		}
 		fine := mustID(t)(h.Producer.Enqueue(t.Context(), betaJob{named("fine")}))
 		h.WaitFor("the next job", func() bool { return len(h.Log.Of(fine)) == 1 })
+	})
+}
+
+// soloJob runs on a queue whose prefetch (10) is over the worker's
+// concurrency in TestASuspectRunningAloneKeepsToTheConcurrency.
+type soloJob struct{ plan }
+
+var solo = queuey.Queue{Name: "solo", Prefetch: 10}
+
+func (soloJob) Kind() string        { return "solo_job" }
+func (soloJob) Queue() queuey.Queue { return solo }
+
+// While a suspect of a crash waits to run alone, the deliveries pulled
+// beside it run first, no more of them at once than the concurrency.
+func TestASuspectRunningAloneKeepsToTheConcurrency(t *testing.T) {
+	set := queuey.QueueSet{Prefix: "test", Queues: []queuey.Queue{solo}}
+	var running, peak atomic.Int32
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Concurrency: 2, PoisonAfter: 3}}
+	clocktest.Run(t, set, opts, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j soloJob, jc queuey.JobContext) error {
+			n := running.Add(1)
+			defer running.Add(-1)
+			for {
+				p := peak.Load()
+				if n <= p || peak.CompareAndSwap(p, n) {
+					break
+				}
+			}
+			return j.run(ctx, h.Clock, jc)
+		}))
+		publish := func(headers map[string]string) {
+			env := broker.NewEnvelope("solo_job", "test.solo", json.RawMessage(`{"name":"x","block":1000000000}`), h.Clock.Now())
+			msg, err := env.Message()
+			must(t, err)
+			msg.Headers = headers
+			must(t, h.Backend.Publish(t.Context(), msg))
+		}
+		publish(nil)
+		publish(nil)
+		publish(map[string]string{"x-queuey-redeliveries": "1"}) // the suspect
+		for range 7 {
+			publish(nil)
+		}
+		h.Advance(30 * time.Second) // the isolation: what was pulled with the suspect, then the suspect
+		h.Advance(30 * time.Second) // the queue consumed again
+		if h.Log.Len() != 10 || peak.Load() != 2 {
+			t.Errorf("got %d runs with at most %d at once, want 10 with at most 2", h.Log.Len(), peak.Load())
+		}
 	})
 }

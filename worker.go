@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/supervisor"
@@ -95,7 +96,7 @@ type Worker struct {
 	clock       clock.Clock
 	log         *slog.Logger
 
-	slots          *handlerSlots // nil when the queues' handler pools cannot exceed concurrency
+	slots          *semaphore.Weighted
 	settleFailures atomic.Uint64
 	orphans        sync.WaitGroup // handlers cancelled after their consumer was lost
 
@@ -163,7 +164,7 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 		w.concurrency = cfg.Concurrency
 	}
 	w.overrides.Store(&retryOverrides{})
-	w.slots = newHandlerSlots(w.concurrency, w.queues)
+	w.slots = semaphore.NewWeighted(int64(w.concurrency))
 	return w, nil
 }
 

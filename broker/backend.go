@@ -116,8 +116,9 @@ type Backend interface {
 }
 
 // BatchPublisher is a Backend that publishes many messages with their
-// confirms in flight together, from one caller. A producer uses it when the
-// backend has it.
+// confirms in flight together, from one caller. A producer's EnqueueBatch
+// uses it when the backend has it, and otherwise calls Publish from many
+// goroutines; a wrapper that embeds a Backend interface hides it.
 type BatchPublisher interface {
 	// PublishBatch publishes each of msgs as Publish would, and returns
 	// when every one is confirmed or has failed. It calls settled once per

@@ -195,6 +195,9 @@ func (b *Backend) PublishBatch(ctx context.Context, msgs []broker.Message, settl
 	}
 	for len(todo) > 0 {
 		s, err := b.session(ctx)
+		if err == nil {
+			err = ctx.Err()
+		}
 		if err != nil {
 			for _, i := range todo {
 				settled(i, err)

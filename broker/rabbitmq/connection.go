@@ -420,12 +420,12 @@ func (s *session) declareAll(ctx context.Context, specs []broker.QueueSpec) erro
 // anything else as it is.
 func lostOr(err error) error {
 	var amqpErr *amqp.Error
-	var netErr net.Error
+	var opErr *net.OpError
 	// A soft (channel) error such as NOT_FOUND is an answer; a closed
 	// channel, a hard (connection) error, or a socket that failed under a
 	// write (the connection reset) means the connection is gone.
 	if errors.Is(err, amqp.ErrClosed) || (errors.As(err, &amqpErr) && !amqpErr.Recover) ||
-		errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		errors.As(err, &opErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return fmt.Errorf("%w: %v", ErrConnectionLost, err)
 	}
 	return fmt.Errorf("rabbitmq: %w", err)

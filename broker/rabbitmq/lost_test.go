@@ -1,6 +1,7 @@
 package rabbitmq
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -23,6 +24,7 @@ func TestLostOrTellsALostConnectionFromAnAnswer(t *testing.T) {
 		{"reset under a write", &net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET}, true},
 		{"end of the stream", io.EOF, true},
 		{"soft error", &amqp.Error{Code: amqp.NotFound, Reason: "no queue", Server: true, Recover: true}, false},
+		{"a deadline", context.DeadlineExceeded, false},
 		{"anything else", errors.New("frame too large"), false},
 	} {
 		if got := errors.Is(lostOr(c.err), ErrConnectionLost); got != c.lost {
