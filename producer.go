@@ -144,9 +144,9 @@ const batchInFlight = 256
 // is jobs[i]'s id, or "" when it failed, and err joins the failures, each
 // naming its job's index. A job that fails does not stop the others. Jobs
 // may reach their queues in another order than jobs has. On RabbitMQ the
-// batch shares one channel: a publish the broker refuses outright (a
-// message over its size limit) closes the channel, and the jobs in flight
-// beside it fail with the same error; they may have been published.
+// batch shares one channel, which a publish the broker refuses outright (a
+// message over its size limit) closes: that job fails alone, and the jobs
+// in flight beside it are published again (some may arrive twice).
 func (p *Producer) EnqueueBatch(ctx context.Context, jobs []Job) ([]string, error) {
 	ids := make([]string, len(jobs))
 	errs := make([]error, len(jobs))

@@ -29,6 +29,10 @@ var (
 	// ErrBlocked: the broker blocks publishes (a memory or disk alarm) and
 	// the call's ctx ended before it lifted.
 	ErrBlocked = errors.New("rabbitmq: broker blocked publishing")
+	// ErrRefused: the broker refused a publish with a channel error (a
+	// header of a type it does not take, a message over its size limit)
+	// and closed the channel. Publishing it again would be refused again.
+	ErrRefused = errors.New("rabbitmq: the broker refused a publish and closed its channel")
 	// ErrConsumerTimeout: the broker closed a consumer's channel because a
 	// delivery stayed unacked longer than its consumer_timeout. The job
 	// comes back; raise consumer_timeout or keep jobs (JobTimeout) shorter.

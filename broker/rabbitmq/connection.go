@@ -159,7 +159,7 @@ func (a *connectionActor) Run(ctx context.Context) error {
 		l.ready = make(chan struct{})
 	}
 	b.mu.Unlock()
-	s.close()
+	s.close(ctx.Err() != nil) // the actor's ctx ends when the backend closes
 	if !conn.IsClosed() {
 		_ = conn.Close()
 	}
@@ -180,11 +180,11 @@ type session struct {
 	pubs []*publisher
 	next atomic.Uint64
 
-	pubMu   sync.Mutex // guards pubs' reopening
-	declMu  sync.Mutex // one declare at a time on declCh
-	declCh  *amqp.Channel
-	closeMu sync.Mutex
-	closed  bool
+	pubMu         sync.Mutex // guards pubs' reopening
+	declMu        sync.Mutex // one declare at a time on declCh
+	declCh        *amqp.Channel
+	closeMu       sync.Mutex
+	backendClosed bool // closed because the backend is, not because the connection was lost
 
 	blockMu   sync.Mutex
 	blockedBy string        // the broker's reason while it blocks publishes
@@ -236,9 +236,12 @@ func (s *session) waitUnblocked(ctx context.Context) error {
 	}
 }
 
-func (s *session) close() {
+// close shuts the session's publishers down; backendClosed says the
+// backend is closing (else the connection was lost), which is what its
+// consumers then report.
+func (s *session) close(backendClosed bool) {
 	s.closeMu.Lock()
-	s.closed = true
+	s.backendClosed = backendClosed
 	s.closeMu.Unlock()
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
@@ -300,6 +303,12 @@ const batchWindow = 256
 // to batchWindow confirms in flight, and tells settled each outcome. It
 // returns the indexes whose publish was lost with the connection, to
 // publish again on the next one; those are not settled yet.
+//
+// A publish the broker refuses closes the channel, and every publish in
+// flight on it fails with ErrRefused, though only one was refused: those
+// are published again one at a time, on a new channel when the last one
+// was closed, so that only the refused one fails (the broker sees it
+// twice; the others it had taken before the refusal arrive twice).
 func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo []int, settled func(i int, err error)) (lost []int) {
 	p, err := s.publisher()
 	if err != nil {
@@ -316,13 +325,17 @@ func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo 
 		confirmed <-chan error
 	}
 	window := make([]inFlight, 0, batchWindow) // oldest first
+	var refused []int                          // in flight when the broker refused one of them
 	settle := func(f inFlight) {
 		err := s.blockedOr(ctx, p.wait(ctx, msgs[f.i].Queue, f.confirmed))
-		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
+		switch {
+		case errors.Is(err, ErrConnectionLost) && ctx.Err() == nil:
 			lost = append(lost, f.i)
-			return
+		case errors.Is(err, ErrRefused):
+			refused = append(refused, f.i)
+		default:
+			settled(f.i, err)
 		}
-		settled(f.i, err)
 	}
 	for k, i := range todo {
 		if len(window) == batchWindow {
@@ -352,6 +365,14 @@ func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo 
 	}
 	for _, f := range window {
 		settle(f)
+	}
+	for _, i := range refused {
+		err := s.publish(ctx, msgs[i].Queue, publishing(msgs[i], nil))
+		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
+			lost = append(lost, i)
+			continue
+		}
+		settled(i, err)
 	}
 	return lost
 }

@@ -203,6 +203,56 @@ func TestABatchOutlivesItsConnection(t *testing.T) {
 	}
 }
 
+// A publish the broker refuses (a CC header must be an array, not a
+// string) closes the batch's channel under the publishes in flight beside
+// it: they are published again, and only the refused one fails.
+func TestABatchFailsOnlyTheRefusedPublish(t *testing.T) {
+	_, b, q := throughProxy(t, "batchrefused")
+	const n, bad = 600, 300
+	msgs := make([]broker.Message, n)
+	for i := range msgs {
+		msgs[i] = broker.Message{Queue: q, ID: fmt.Sprintf("m%04d", i), Body: []byte("{}")}
+	}
+	msgs[bad].Headers = map[string]string{"CC": "not-an-array"}
+	errs := make([]error, n)
+	times := make([]int, n)
+	b.PublishBatch(t.Context(), msgs, func(i int, err error) { errs[i], times[i] = err, times[i]+1 })
+	for i := range msgs {
+		switch {
+		case times[i] != 1:
+			t.Errorf("message %d settled %d times, want once", i, times[i])
+		case i == bad && !errors.Is(errs[i], rabbitmq.ErrRefused):
+			t.Errorf("the refused message: got %v, want ErrRefused", errs[i])
+		case i != bad && errs[i] != nil:
+			t.Errorf("message %d: %v", i, errs[i])
+		}
+	}
+
+	direct := rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
+	defer direct.Close()
+	c, err := direct.Consume(t.Context(), q, 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Cancel()
+	seen := map[string]bool{}
+	for len(seen) < n-1 {
+		select {
+		case d := <-c.Deliveries():
+			if id := d.Message().ID; id == msgs[bad].ID {
+				t.Errorf("the refused message arrived")
+			} else {
+				seen[id] = true
+			}
+			if err := d.Ack(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d messages arrived", len(seen), n-1)
+		}
+	}
+}
+
 // throughProxy dials the broker through a proxy that a test can cut, with
 // quick reconnects, and declares a work queue of a unique name; the queue
 // is deleted and the backend closed when the test ends.

@@ -95,7 +95,7 @@ func (c *consumer) why(closed <-chan *amqp.Error, s *session) error {
 		return nil
 	}
 	s.closeMu.Lock()
-	backendClosing := s.closed
+	backendClosing := s.backendClosed
 	s.closeMu.Unlock()
 	var e *amqp.Error
 	select {

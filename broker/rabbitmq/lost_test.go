@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuey-go/queuey/broker"
 )
 
 // lostOr tells a connection that is gone (publish again on the next one)
@@ -29,6 +31,27 @@ func TestLostOrTellsALostConnectionFromAnAnswer(t *testing.T) {
 	} {
 		if got := errors.Is(lostOr(c.err), ErrConnectionLost); got != c.lost {
 			t.Errorf("%s: lost %t, want %t", c.name, got, c.lost)
+		}
+	}
+}
+
+// A consumer whose deliveries end says the backend is closed only when it
+// is: a session closed because its connection was lost (the broker's close
+// not yet read) is a lost connection, which a worker recovers from, not
+// broker.ErrClosed, which stops it.
+func TestAConsumerOfALostConnectionDoesNotSayTheBackendIsClosed(t *testing.T) {
+	for _, c := range []struct {
+		backendClosed bool
+		want          error
+	}{
+		{false, ErrConnectionLost},
+		{true, broker.ErrClosed},
+	} {
+		s := newSession(nil, 1)
+		s.close(c.backendClosed)
+		closed := make(chan *amqp.Error) // nothing read from the broker yet
+		if got := (&consumer{queue: "q"}).why(closed, s); !errors.Is(got, c.want) {
+			t.Errorf("backend closed %t: got %v, want %v", c.backendClosed, got, c.want)
 		}
 	}
 }

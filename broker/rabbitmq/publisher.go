@@ -117,7 +117,7 @@ func (p *publisher) failAll() {
 	select {
 	case e := <-p.closing:
 		if e != nil && e.Server && e.Recover {
-			err = fmt.Errorf("rabbitmq: the broker refused a publish and closed its channel: %d %s", e.Code, e.Reason)
+			err = fmt.Errorf("%w: %d %s", ErrRefused, e.Code, e.Reason)
 		}
 	default:
 	}
