@@ -133,24 +133,36 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool,
 	// A fixed pool of handler goroutines takes deliveries from the mailbox:
 	// no more can run for this queue than its prefetch or the worker's
 	// concurrency, and a goroutine that lives on keeps the stack it grew.
+	//
+	// A goroutine holds taking (read) from taking a delivery until it has
+	// either started it or filed it (quarantine, unstarted); the leftovers
+	// are collected under taking's write lock, so that a delivery taken
+	// as the pulling stops is not filed after they were collected, and left
+	// unsettled beside a suspect that runs alone.
 	var running sync.WaitGroup
+	var taking sync.RWMutex
 	for range min(a.q.prefetch, a.w.concurrency) {
 		running.Go(func() {
 			for {
+				taking.RLock()
 				d, err := mb.Get(pullCtx)
 				if err != nil {
+					taking.RUnlock()
 					return // stopping, pausing, or the pump closed the mailbox
 				}
 				if a.w.poisonAfter > 0 && isSuspect(d) {
 					quarantine(d)
+					taking.RUnlock()
 					continue
 				}
 				if err := a.w.slots.Acquire(pullCtx, 1); err != nil {
 					resumeMu.Lock()
 					unstarted = append(unstarted, d)
 					resumeMu.Unlock()
+					taking.RUnlock()
 					return
 				}
+				taking.RUnlock()
 				select {
 				case <-lost: // the broker took it back with the consumer: it is stale
 				default:
@@ -176,6 +188,9 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool,
 	// unless a suspect is to run alone; then they run first (given back,
 	// they would come back redelivered, and suspects themselves).
 	<-pumpDone
+	// Every delivery taken so far is started or filed, and none is taken
+	// after this: the pulling has stopped, so Get fails at once.
+	taking.Lock()
 	resumeMu.Lock()
 	leftovers := append(append(setAside, unstarted...), mb.Drain()...)
 	if pumpHeld != nil {
@@ -183,6 +198,7 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool,
 	}
 	isolating := suspect != nil && why == nil
 	resumeMu.Unlock()
+	taking.Unlock()
 	if why == nil {
 		for d := range consumer.Deliveries() {
 			leftovers = append(leftovers, d)
