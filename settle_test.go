@@ -54,6 +54,21 @@ func TestAFailedDeferralIsCountedAndTheJobComesBack(t *testing.T) {
 	})
 }
 
+// atOnce counts the calls of run in progress and the most there were.
+type atOnce struct{ running, peak atomic.Int32 }
+
+func (a *atOnce) run(f func() error) error {
+	n := a.running.Add(1)
+	defer a.running.Add(-1)
+	for {
+		p := a.peak.Load()
+		if n <= p || a.peak.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	return f()
+}
+
 // The cap on running handlers holds, and is reached, whether the queues'
 // handler pools (min(prefetch, concurrency) each: 2+1+1, 4+1+1, 4+1+1)
 // could exceed it (Concurrency 2 and 5) or not (6, the default outside
@@ -64,18 +79,8 @@ func TestConcurrencyIsCapped(t *testing.T) {
 		want        int32
 	}{{2, 2}, {5, 5}, {6, 6}} {
 		t.Run(fmt.Sprintf("concurrency=%d", c.concurrency), func(t *testing.T) {
-			var running, peak atomic.Int32
-			count := func(run func() error) error {
-				n := running.Add(1)
-				defer running.Add(-1)
-				for {
-					p := peak.Load()
-					if n <= p || peak.CompareAndSwap(p, n) {
-						break
-					}
-				}
-				return run()
-			}
+			var at atOnce
+			count := at.run
 			opts := &clocktest.Options{Worker: queuey.WorkerConfig{Concurrency: c.concurrency}}
 			clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
 				must(t, queuey.Handle(h.Worker, func(ctx context.Context, j alphaJob, jc queuey.JobContext) error {
@@ -94,8 +99,8 @@ func TestConcurrencyIsCapped(t *testing.T) {
 					mustID(t)(h.Producer.Enqueue(t.Context(), gammaJob{block}))
 				}
 				h.Advance(30 * time.Second)
-				if h.Log.Len() != 24 || peak.Load() != c.want {
-					t.Errorf("got %d runs with at most %d at once, want 24 with at most %d", h.Log.Len(), peak.Load(), c.want)
+				if h.Log.Len() != 24 || at.peak.Load() != c.want {
+					t.Errorf("got %d runs with at most %d at once, want 24 with at most %d", h.Log.Len(), at.peak.Load(), c.want)
 				}
 			})
 		})
@@ -261,19 +266,11 @@ func (soloJob) Queue() queuey.Queue { return solo }
 // beside it run first, no more of them at once than the concurrency.
 func TestASuspectRunningAloneKeepsToTheConcurrency(t *testing.T) {
 	set := queuey.QueueSet{Prefix: "test", Queues: []queuey.Queue{solo}}
-	var running, peak atomic.Int32
+	var at atOnce
 	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Concurrency: 2, PoisonAfter: 3}}
 	clocktest.Run(t, set, opts, func(t *testing.T, h *clocktest.Harness) {
 		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j soloJob, jc queuey.JobContext) error {
-			n := running.Add(1)
-			defer running.Add(-1)
-			for {
-				p := peak.Load()
-				if n <= p || peak.CompareAndSwap(p, n) {
-					break
-				}
-			}
-			return j.run(ctx, h.Clock, jc)
+			return at.run(func() error { return j.run(ctx, h.Clock, jc) })
 		}))
 		publish := func(headers map[string]string) {
 			env := broker.NewEnvelope("solo_job", "test.solo", json.RawMessage(`{"name":"x","block":1000000000}`), h.Clock.Now())
@@ -290,8 +287,8 @@ func TestASuspectRunningAloneKeepsToTheConcurrency(t *testing.T) {
 		}
 		h.Advance(30 * time.Second) // the isolation: what was pulled with the suspect, then the suspect
 		h.Advance(30 * time.Second) // the queue consumed again
-		if h.Log.Len() != 10 || peak.Load() != 2 {
-			t.Errorf("got %d runs with at most %d at once, want 10 with at most 2", h.Log.Len(), peak.Load())
+		if h.Log.Len() != 10 || at.peak.Load() != 2 {
+			t.Errorf("got %d runs with at most %d at once, want 10 with at most 2", h.Log.Len(), at.peak.Load())
 		}
 	})
 }
