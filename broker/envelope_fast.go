@@ -96,6 +96,22 @@ type jsonScan struct {
 	space bool
 }
 
+// after reads what follows a member or an element ending at i: a comma
+// (the next one's start, not end) or closer (the index past it, end), or
+// anything else (-1, end).
+func (s *jsonScan) after(i int, closer byte) (next int, end bool) {
+	if i = s.ws(i); i >= len(s.b) {
+		return -1, true
+	}
+	switch s.b[i] {
+	case ',':
+		return s.ws(i + 1), false
+	case closer:
+		return i + 1, true
+	}
+	return -1, true
+}
+
 // ws returns the index of the first non-space byte at or after i.
 func (s *jsonScan) ws(i int) int {
 	j := i
@@ -139,16 +155,9 @@ func (s *jsonScan) value(i, depth int) int {
 			if i = s.value(s.ws(i+1), depth+1); i < 0 {
 				return -1
 			}
-			if i = s.ws(i); i >= len(b) {
-				return -1
-			}
-			switch b[i] {
-			case ',':
-				i = s.ws(i + 1)
-			case '}':
-				return i + 1
-			default:
-				return -1
+			var end bool
+			if i, end = s.after(i, '}'); end {
+				return i
 			}
 		}
 	case c == '[':
@@ -163,16 +172,9 @@ func (s *jsonScan) value(i, depth int) int {
 			if i = s.value(i, depth+1); i < 0 {
 				return -1
 			}
-			if i = s.ws(i); i >= len(b) {
-				return -1
-			}
-			switch b[i] {
-			case ',':
-				i = s.ws(i + 1)
-			case ']':
-				return i + 1
-			default:
-				return -1
+			var end bool
+			if i, end = s.after(i, ']'); end {
+				return i
 			}
 		}
 	case c == 't':

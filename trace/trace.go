@@ -393,19 +393,25 @@ func (in *Instrumentation) publish(ctx context.Context, p *queuey.PublishInfo) f
 	}
 }
 
+// appendJob appends the attributes that name a job and its place in its
+// life, which send and process spans share.
+func appendJob(attrs []attribute.KeyValue, id, kind string, attempt, deferrals, priority int) []attribute.KeyValue {
+	return append(attrs,
+		semconv.MessagingMessageID(id),
+		AttrJobKind.String(kind),
+		AttrJobAttempt.Int(attempt),
+		AttrJobDeferrals.Int(deferrals),
+		AttrJobPriority.Int(priority),
+	)
+}
+
 // setSendAttributes gives a send span the attributes its start options do
 // not, in one call.
 func setSendAttributes(span oteltrace.Span, p *queuey.PublishInfo) {
 	attrs := make([]attribute.KeyValue, 0, 12)
 	attrs = append(attrs, AttrPublishOp.String(string(p.Op)))
 	if p.JobID != "" { // empty for the dead letter of a body that was not an envelope
-		attrs = append(attrs,
-			semconv.MessagingMessageID(p.JobID),
-			AttrJobKind.String(p.Kind),
-			AttrJobAttempt.Int(p.Attempt),
-			AttrJobDeferrals.Int(p.Deferrals),
-			AttrJobPriority.Int(p.Priority),
-		)
+		attrs = appendJob(attrs, p.JobID, p.Kind, p.Attempt, p.Deferrals, p.Priority)
 	}
 	if p.CorrelationID != "" {
 		attrs = append(attrs, semconv.MessagingMessageConversationID(p.CorrelationID))
@@ -477,14 +483,8 @@ func annotate(span oteltrace.Span, jc *queuey.JobContext, o *queuey.Outcome) {
 	errType, desc, failed := failure(o)
 	attrs := make([]attribute.KeyValue, 0, 12)
 	if jc.JobID != "" { // empty when the body is not an envelope
-		attrs = append(attrs,
-			semconv.MessagingMessageID(jc.JobID),
-			AttrJobKind.String(jc.Kind),
-			AttrJobAttempt.Int(jc.Attempt),
-			AttrJobDeferrals.Int(jc.Deferrals),
-			AttrJobPriority.Int(jc.Priority),
-			AttrJobRedelivered.Bool(jc.Redelivered),
-		)
+		attrs = appendJob(attrs, jc.JobID, jc.Kind, jc.Attempt, jc.Deferrals, jc.Priority)
+		attrs = append(attrs, AttrJobRedelivered.Bool(jc.Redelivered))
 		if jc.CorrelationID != "" {
 			attrs = append(attrs, semconv.MessagingMessageConversationID(jc.CorrelationID))
 		}
