@@ -68,8 +68,10 @@ func (s *session) consume(queue string, prefetch int) (broker.Consumer, error) {
 }
 
 func (c *consumer) run(deliveries <-chan amqp.Delivery, closed <-chan *amqp.Error, s *session) {
-	defer close(c.ended)
+	// ended before out: Err is valid once Deliveries is closed, and a
+	// reader that finds it nil takes the consumer for one it stopped.
 	defer close(c.out)
+	defer close(c.ended)
 	for {
 		select {
 		case d, ok := <-deliveries:
