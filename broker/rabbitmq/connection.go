@@ -277,6 +277,32 @@ func (s *session) publish(ctx context.Context, queue string, pub amqp.Publishing
 	if err != nil {
 		return err
 	}
+	err = s.blockedOr(ctx, p.publish(ctx, queue, pub))
+	if errors.Is(err, ErrRefused) {
+		// The pool's channels are shared: the refused publish may have
+		// been another in flight on the same channel. Only a refusal on
+		// a channel of its own is this message's.
+		return s.publishAlone(ctx, queue, pub)
+	}
+	return err
+}
+
+// publishAlone publishes on a confirm channel opened for this publish and
+// closed after it, so that a refusal is this message's own. If the broker
+// had taken the message before the refusal that made this call, it gets
+// it twice, as it does any publish whose confirm was lost.
+func (s *session) publishAlone(ctx context.Context, queue string, pub amqp.Publishing) error {
+	if err := s.waitUnblocked(ctx); err != nil {
+		return err
+	}
+	p, err := newPublisher(s.conn)
+	if err != nil {
+		return lostOr(err)
+	}
+	defer func() {
+		p.shutdown()
+		<-p.dead
+	}()
 	return s.blockedOr(ctx, p.publish(ctx, queue, pub))
 }
 
@@ -306,9 +332,9 @@ const batchWindow = 256
 //
 // A publish the broker refuses closes the channel, and every publish in
 // flight on it fails with ErrRefused, though only one was refused: those
-// are published again one at a time, on a new channel when the last one
-// was closed, so that only the refused one fails (the broker sees it
-// twice; the others it had taken before the refusal arrive twice).
+// are published again one at a time, as publish does it, so that only the
+// refused one fails (the broker sees it more than once; the others it had
+// taken before the refusal arrive twice).
 func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo []int, settled func(i int, err error)) (lost []int) {
 	p, err := s.publisher()
 	if err != nil {

@@ -253,6 +253,66 @@ func TestABatchFailsOnlyTheRefusedPublish(t *testing.T) {
 	}
 }
 
+// Publishes from many goroutines share the pool's channels, and a refused
+// publish closes its channel under the others in flight on it: only the
+// refused ones may fail, and every other message arrives.
+func TestConcurrentPublishesFailOnlyTheRefusedOnes(t *testing.T) {
+	b := rabbittest.Dial(t, &rabbitmq.Options{PublishChannels: 1, Logger: slog.New(slog.DiscardHandler)})
+	defer b.Close()
+	q := unique("refusedconc") + ".work"
+	t.Cleanup(func() { rabbittest.DeleteQueues(t, q) })
+	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 400
+	bad := func(i int) bool { return i%100 == 50 }
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			msg := broker.Message{Queue: q, ID: fmt.Sprintf("m%04d", i), Body: []byte("{}")}
+			if bad(i) {
+				msg.Headers = map[string]string{"CC": "not-an-array"}
+			}
+			errs[i] = b.Publish(t.Context(), msg)
+		})
+	}
+	wg.Wait()
+	good := 0
+	for i, err := range errs {
+		switch {
+		case bad(i) && !errors.Is(err, rabbitmq.ErrRefused):
+			t.Errorf("refused message %d: got %v, want ErrRefused", i, err)
+		case !bad(i) && err != nil:
+			t.Errorf("message %d: %v", i, err)
+		case !bad(i):
+			good++
+		}
+	}
+
+	c, err := b.Consume(t.Context(), q, 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Cancel()
+	seen := map[string]bool{}
+	for len(seen) < good {
+		select {
+		case d := <-c.Deliveries():
+			var i int
+			if _, err := fmt.Sscanf(d.Message().ID, "m%04d", &i); err != nil || bad(i) {
+				t.Errorf("unexpected message %q", d.Message().ID)
+			}
+			seen[d.Message().ID] = true
+			if err := d.Ack(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d messages arrived", len(seen), good)
+		}
+	}
+}
+
 // throughProxy dials the broker through a proxy that a test can cut, with
 // quick reconnects, and declares a work queue of a unique name; the queue
 // is deleted and the backend closed when the test ends.
