@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,11 +23,17 @@ import (
 // the memory backend and the real clock: a producer enqueues jobs from one
 // goroutine while a worker with 8 handler slots takes them up, at most
 // backlog jobs apart, until n jobs have run. Every sub-benchmark runs the
-// same pipeline plain and instrumented, alternately, two rounds of b.N/2
-// jobs each, so that both see the same machine, and reports:
+// same pipeline plain and instrumented in four rounds of b.N/4 jobs each,
+// in the order plain, instrumented, instrumented, plain, so that both see
+// the same machine and neither always runs first, and reports:
 //
 //	plain-jobs/s, inst-jobs/s  jobs through the pipeline, enqueue to settlement
 //	inst/plain                 their ratio: 0.9 means instrumentation costs 10% of throughput
+//	plain-cpu-us/job,          the process's CPU time (user and system, every goroutine:
+//	inst-cpu-us/job            the SDK's batch processor and the garbage collector too) per job
+//	cpu-inst/plain             plain CPU per job over instrumented: 0.9 means 10% more CPU per
+//	                           job, what throughput loses when the cores are busy; unlike the
+//	                           wall-clock ratio, other processes on the machine do not move it
 //	+allocs/job, +B/job        what instrumentation allocates per job
 //
 // The instrumented pipeline runs on what a production process would have:
@@ -67,20 +74,27 @@ func compare(b *testing.B, sampler sdktrace.Sampler, spin int) {
 	b.StopTimer()
 	hooks := instrumented(b, sampler)
 	var plain, inst pipelineRun
-	for round := range 2 {
-		n := b.N / 2
-		if round == 1 {
-			n = b.N - n
-		}
+	const rounds = 4
+	for round := range rounds {
+		n := b.N/rounds + min(1, b.N%rounds/(round+1)) // the remainder goes to the first rounds
 		if n == 0 {
 			continue
 		}
-		plain.add(pipeline(b, nil, n, spin))
-		inst.add(pipeline(b, hooks, n, spin))
+		if round == 1 || round == 2 {
+			inst.add(pipeline(b, hooks, n, spin))
+		} else {
+			plain.add(pipeline(b, nil, n, spin))
+		}
+	}
+	if plain.jobs == 0 || inst.jobs == 0 {
+		return // b.N below 2: nothing to compare
 	}
 	b.ReportMetric(plain.rate(), "plain-jobs/s")
 	b.ReportMetric(inst.rate(), "inst-jobs/s")
 	b.ReportMetric(inst.rate()/plain.rate(), "inst/plain")
+	b.ReportMetric(plain.cpuPerJob(), "plain-cpu-us/job")
+	b.ReportMetric(inst.cpuPerJob(), "inst-cpu-us/job")
+	b.ReportMetric(plain.cpuPerJob()/inst.cpuPerJob(), "cpu-inst/plain")
 	b.ReportMetric(float64(inst.allocs-plain.allocs)/float64(inst.jobs), "+allocs/job")
 	b.ReportMetric(float64(inst.bytes-plain.bytes)/float64(inst.jobs), "+B/job")
 }
@@ -104,18 +118,32 @@ func instrumented(b *testing.B, sampler sdktrace.Sampler) *queuey.Hooks {
 // pipelineRun adds up the runs of one side of a comparison.
 type pipelineRun struct {
 	jobs          int
-	elapsed       time.Duration
+	elapsed, cpu  time.Duration
 	allocs, bytes uint64
 }
 
 func (r *pipelineRun) add(o pipelineRun) {
 	r.jobs += o.jobs
 	r.elapsed += o.elapsed
+	r.cpu += o.cpu
 	r.allocs += o.allocs
 	r.bytes += o.bytes
 }
 
 func (r *pipelineRun) rate() float64 { return float64(r.jobs) / r.elapsed.Seconds() }
+
+func (r *pipelineRun) cpuPerJob() float64 {
+	return float64(r.cpu.Microseconds()) / float64(r.jobs)
+}
+
+// processCPU is the CPU time the process has used, user and system.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 // backlog is how far the producer may run ahead of the handlers: a queue
 // that stays short, as in a steady state, rather than b.N jobs held in
@@ -161,7 +189,7 @@ func pipeline(b *testing.B, hooks *queuey.Hooks, n, spin int) pipelineRun {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	b.StartTimer()
-	start := time.Now()
+	start, startCPU := time.Now(), processCPU(b)
 	for range n {
 		slots <- struct{}{}
 		if _, err := producer.Enqueue(ctx, job{Name: "bench"}); err != nil {
@@ -169,7 +197,7 @@ func pipeline(b *testing.B, hooks *queuey.Hooks, n, spin int) pipelineRun {
 		}
 	}
 	<-done
-	run.elapsed = time.Since(start)
+	run.elapsed, run.cpu = time.Since(start), processCPU(b)-startCPU
 	b.StopTimer()
 	runtime.ReadMemStats(&after)
 	stop()
