@@ -58,7 +58,7 @@ func (b *Backend) InFlight(queue string) int {
 }
 
 // Acked lists the messages acked on queue, in ack order: the newest
-// Options.KeepAcked of them. A retry or a
+// Options.KeepAcked of them (AckedCount counts them all). A retry or a
 // deferral acks the original after its next run was scheduled, so this
 // counts runs, not jobs.
 func (b *Backend) Acked(queue string) []broker.Message {
@@ -68,6 +68,17 @@ func (b *Backend) Acked(queue string) []broker.Message {
 		return q.ackedLocked()
 	}
 	return nil
+}
+
+// AckedCount is how many messages were acked on queue, all of them,
+// whether Acked still lists them or not.
+func (b *Backend) AckedCount(queue string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if q, ok := b.queues[queue]; ok {
+		return q.ackCount
+	}
+	return 0
 }
 
 // DeadLetters lists what waits in queue's dead-letter queue, oldest first,

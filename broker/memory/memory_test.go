@@ -1336,11 +1336,31 @@ func TestAckedKeepsOnlyTheNewest(t *testing.T) {
 	if got := strings.Join(ids, ","); got != "7,8,9" {
 		t.Errorf("acked: got %s, want 7,8,9", got)
 	}
+	if got := b.AckedCount("keep"); got != 10 {
+		t.Errorf("AckedCount: got %d, want 10", got)
+	}
 	none := memory.New(&memory.Options{KeepAcked: -1})
 	if err := none.Declare(ctx, broker.QueueSpec{Name: "none"}); err != nil {
 		t.Fatal(err)
 	}
+	c, err = none.Consume(ctx, "none", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Cancel()
+	if err := none.Publish(ctx, broker.Message{Queue: "none", ID: "only"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := (<-c.Deliveries()).Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if got := none.Acked("none"); len(got) != 0 {
 		t.Errorf("KeepAcked -1: got %v", got)
+	}
+	if got := none.AckedCount("none"); got != 1 {
+		t.Errorf("KeepAcked -1, AckedCount: got %d, want 1", got)
+	}
+	if got := none.AckedCount("no-such-queue"); got != 0 {
+		t.Errorf("AckedCount of an unknown queue: got %d, want 0", got)
 	}
 }

@@ -81,14 +81,14 @@ type Config struct {
 	Pending func(queue string) (int, error)
 }
 
-// pendingCounter and ackLister are inspection methods beyond
+// pendingCounter and ackCounter are inspection methods beyond
 // broker.Backend; memory.Backend has both.
 type pendingCounter interface {
 	Pending(queue string) int
 }
 
-type ackLister interface {
-	Acked(queue string) []broker.Message
+type ackCounter interface {
+	AckedCount(queue string) int
 }
 
 // Run tours queuey on backend, printing to out, and returns once the worker
@@ -110,7 +110,7 @@ func Run(ctx context.Context, backend broker.Backend, cfg Config, out io.Writer)
 	}
 	// Acks are only visible on the memory backend; elsewhere the summary
 	// leaves them out.
-	acked, _ := backend.(ackLister)
+	acked, _ := backend.(ackCounter)
 
 	app := queuey.QueueSet{
 		Prefix: cfg.Prefix,
@@ -312,7 +312,7 @@ func outcome(err error, jc queuey.JobContext) string {
 // summary reports, per queue, what is left on it and in its dead-letter
 // queue, with the dead letters the tour made, then the hold queues used.
 // acked, when the backend has it, adds how many deliveries were acked.
-func (t *tour) summary(acked ackLister) error {
+func (t *tour) summary(acked ackCounter) error {
 	t.printf("summary")
 	for _, q := range []string{t.queue(Jobs), t.queue(API)} {
 		n, err := t.pending(q)
@@ -326,7 +326,7 @@ func (t *tour) summary(acked ackLister) error {
 		if acked != nil {
 			// A retry, deferral or dead letter acks the original delivery
 			// once its next step is confirmed, so acks count runs, not jobs.
-			fmt.Fprintf(t.out, "  %s: %d deliveries acked, %d pending\n", q, len(acked.Acked(q)), n)
+			fmt.Fprintf(t.out, "  %s: %d deliveries acked, %d pending\n", q, acked.AckedCount(q), n)
 		} else {
 			fmt.Fprintf(t.out, "  %s: %d pending\n", q, n)
 		}
