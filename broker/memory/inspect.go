@@ -57,15 +57,15 @@ func (b *Backend) InFlight(queue string) int {
 	return n
 }
 
-// Acked lists the messages acked on queue, in ack order: the newest
-// Options.KeepAcked of them (AckedCount counts them all). A retry or a
-// deferral acks the original after its next run was scheduled, so this
-// counts runs, not jobs.
+// Acked lists the messages acked on queue, in ack order, that are among
+// the newest Options.KeepAcked acked on any queue (AckedCount counts them
+// all). A retry or a deferral acks the original after its next run was
+// scheduled, so this counts runs, not jobs.
 func (b *Backend) Acked(queue string) []broker.Message {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if q, ok := b.queues[queue]; ok {
-		return q.ackedLocked()
+		return b.ackedLocked(q)
 	}
 	return nil
 }

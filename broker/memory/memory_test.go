@@ -1339,6 +1339,33 @@ func TestAckedKeepsOnlyTheNewest(t *testing.T) {
 	if got := b.AckedCount("keep"); got != 10 {
 		t.Errorf("AckedCount: got %d, want 10", got)
 	}
+
+	// The bound is over all queues: acks on another queue push these out.
+	if err := b.Declare(ctx, broker.QueueSpec{Name: "other", Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	other, err := b.Consume(ctx, "other", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Cancel()
+	for i := range 2 {
+		if err := b.Publish(ctx, broker.Message{Queue: "other", ID: fmt.Sprint("o", i)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := (<-other.Deliveries()).Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := b.Acked("keep"); len(got) != 1 || got[0].ID != "9" {
+		t.Errorf("acked on keep after two acks on other: got %v, want only 9", got)
+	}
+	if got := b.Acked("other"); len(got) != 2 || got[0].ID != "o0" || got[1].ID != "o1" {
+		t.Errorf("acked on other: got %v, want o0, o1", got)
+	}
+	if got := b.AckedCount("keep"); got != 10 {
+		t.Errorf("AckedCount after acks on other: got %d, want 10", got)
+	}
 	none := memory.New(&memory.Options{KeepAcked: -1})
 	if err := none.Declare(ctx, broker.QueueSpec{Name: "none"}); err != nil {
 		t.Fatal(err)
