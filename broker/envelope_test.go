@@ -362,6 +362,8 @@ func TestDecodeEnvelopeRejectsGarbage(t *testing.T) {
 		{name: "job id nope", body: valid(func(m map[string]any) { m["job_id"] = "nope" }), wantField: "job_id"},
 		{name: "job id without hyphens", body: valid(func(m map[string]any) { m["job_id"] = "0f8fad5bd9cb469fa16570867728950e" }), wantField: "job_id"},
 		{name: "job id with a non hex digit", body: valid(func(m map[string]any) { m["job_id"] = "0f8fad5b-d9cb-469f-a165-70867728950g" }), wantField: "job_id"},
+		{name: "job id with a hyphen out of place", body: valid(func(m map[string]any) { m["job_id"] = "0f8fad5bd-9cb-469f-a165-70867728950e" }), wantField: "job_id"},
+		{name: "job id with a digit for a hyphen", body: valid(func(m map[string]any) { m["job_id"] = "0f8fad5b0d9cb-469f-a165-70867728950e" }), wantField: "job_id"},
 		{name: "job id a number", body: valid(func(m map[string]any) { m["job_id"] = 7 }), wantField: "job_id"},
 		{name: "job id missing", body: valid(func(m map[string]any) { delete(m, "job_id") }), wantField: "job_id"},
 		{name: "job type empty", body: valid(func(m map[string]any) { m["job_type"] = "" }), wantField: "job_type"},
