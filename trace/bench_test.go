@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,9 +30,10 @@ import (
 //	inst/plain                 their ratio: 0.9 means instrumentation costs 10% of throughput
 //	plain-cpu-us/job,          the process's CPU time (user and system, every goroutine:
 //	inst-cpu-us/job            the SDK's batch processor and the garbage collector too) per job
-//	cpu-inst/plain             plain CPU per job over instrumented: 0.9 means 10% more CPU per
-//	                           job, what throughput loses when the cores are busy; unlike the
-//	                           wall-clock ratio, other processes on the machine do not move it
+//	inst/plain-by-cpu          the throughput ratio the CPU times imply when the cores are
+//	                           busy (plain CPU per job over instrumented): 0.9 means 10% of
+//	                           throughput lost; other processes on the machine do not move it,
+//	                           as they move the wall-clock ratio (Unix only)
 //	+allocs/job, +B/job        what instrumentation allocates per job
 //
 // The instrumented pipeline runs on what a production process would have:
@@ -76,7 +76,10 @@ func compare(b *testing.B, sampler sdktrace.Sampler, spin int) {
 	var plain, inst pipelineRun
 	const rounds = 4
 	for round := range rounds {
-		n := b.N/rounds + min(1, b.N%rounds/(round+1)) // the remainder goes to the first rounds
+		n := b.N / rounds
+		if round < b.N%rounds {
+			n++
+		}
 		if n == 0 {
 			continue
 		}
@@ -92,12 +95,16 @@ func compare(b *testing.B, sampler sdktrace.Sampler, spin int) {
 	b.ReportMetric(plain.rate(), "plain-jobs/s")
 	b.ReportMetric(inst.rate(), "inst-jobs/s")
 	b.ReportMetric(inst.rate()/plain.rate(), "inst/plain")
-	b.ReportMetric(plain.cpuPerJob(), "plain-cpu-us/job")
-	b.ReportMetric(inst.cpuPerJob(), "inst-cpu-us/job")
-	b.ReportMetric(plain.cpuPerJob()/inst.cpuPerJob(), "cpu-inst/plain")
-	b.ReportMetric(float64(inst.allocs-plain.allocs)/float64(inst.jobs), "+allocs/job")
-	b.ReportMetric(float64(inst.bytes-plain.bytes)/float64(inst.jobs), "+B/job")
+	if plain.cpu > 0 && inst.cpu > 0 {
+		b.ReportMetric(plain.cpuPerJob(), "plain-cpu-us/job")
+		b.ReportMetric(inst.cpuPerJob(), "inst-cpu-us/job")
+		b.ReportMetric(plain.cpuPerJob()/inst.cpuPerJob(), "inst/plain-by-cpu")
+	}
+	b.ReportMetric(perJob(inst.allocs, inst.jobs)-perJob(plain.allocs, plain.jobs), "+allocs/job")
+	b.ReportMetric(perJob(inst.bytes, inst.jobs)-perJob(plain.bytes, plain.jobs), "+B/job")
 }
+
+func perJob(total uint64, jobs int) float64 { return float64(total) / float64(jobs) }
 
 // instrumented returns hooks on an SDK tracer provider that batches spans
 // to an exporter that drops them, and a meter provider read by hand.
@@ -133,16 +140,7 @@ func (r *pipelineRun) add(o pipelineRun) {
 func (r *pipelineRun) rate() float64 { return float64(r.jobs) / r.elapsed.Seconds() }
 
 func (r *pipelineRun) cpuPerJob() float64 {
-	return float64(r.cpu.Microseconds()) / float64(r.jobs)
-}
-
-// processCPU is the CPU time the process has used, user and system.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return float64(r.cpu.Nanoseconds()) / 1e3 / float64(r.jobs)
 }
 
 // backlog is how far the producer may run ahead of the handlers: a queue

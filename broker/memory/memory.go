@@ -36,18 +36,18 @@ const DefaultKeepAcked = 10_000
 type Backend struct {
 	clock     clock.Clock
 	keepAcked int
+
+	mu        sync.Mutex
+	closed    bool
+	queues    map[string]*queue
+	held      holdHeap
+	timer     *clock.Timer
+	timerAt   time.Time
+	timerID   uint64         // the armed timer, so a stale callback leaves it alone
+	seq       uint64         // orders messages as they land on a queue
+	tag       uint64         // delivery tags
 	acked     []ackedMessage // a ring of the newest keepAcked acks, once full
 	ackedNext int            // where the next ack goes, once the ring is full
-
-	mu      sync.Mutex
-	closed  bool
-	queues  map[string]*queue
-	held    holdHeap
-	timer   *clock.Timer
-	timerAt time.Time
-	timerID uint64 // the armed timer, so a stale callback leaves it alone
-	seq     uint64 // orders messages as they land on a queue
-	tag     uint64 // delivery tags
 }
 
 var _ broker.Backend = (*Backend)(nil)

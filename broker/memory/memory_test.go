@@ -1301,8 +1301,8 @@ func TestConcurrentPublishConsumeAndHold(t *testing.T) {
 			t.Errorf("message %s: got %d acks, want 1", id, n)
 		}
 	}
-	if got := len(b.Acked("work")); got != total {
-		t.Errorf("Acked: got %d, want %d", got, total)
+	if got := b.AckedCount("work"); got != total {
+		t.Errorf("AckedCount: got %d, want %d", got, total)
 	}
 	counts(t, b, "work", 0, 0)
 	if got := b.InFlight("work"); got != 0 {

@@ -163,6 +163,8 @@ func (a *connectionActor) Run(ctx context.Context) error {
 	if !conn.IsClosed() {
 		_ = conn.Close()
 	}
+	// Every private channel's close returns once the connection is closed.
+	s.aside.Wait()
 	go func() { // amqp091 closes these on shutdown; drain whatever is left
 		for range blocked {
 		}
@@ -189,6 +191,8 @@ type session struct {
 	blockMu   sync.Mutex
 	blockedBy string        // the broker's reason while it blocks publishes
 	unblocked chan struct{} // closed when the block lifts
+
+	aside sync.WaitGroup // private publishers' channels being closed
 }
 
 func newSession(conn *amqp.Connection, pubs int) *session {
@@ -292,18 +296,57 @@ func (s *session) publish(ctx context.Context, queue string, pub amqp.Publishing
 // had taken the message before the refusal that made this call, it gets
 // it twice, as it does any publish whose confirm was lost.
 func (s *session) publishAlone(ctx context.Context, queue string, pub amqp.Publishing) error {
-	if err := s.waitUnblocked(ctx); err != nil {
+	alone := privatePublisher{s: s}
+	defer alone.close()
+	return alone.publish(ctx, queue, pub)
+}
+
+// privatePublisher publishes one message at a time, waiting for each
+// confirm, on a confirm channel kept out of the pool: a refusal on it is
+// the refused message's own. A publish that fails leaves the channel
+// closed or in doubt, so the next one opens another.
+type privatePublisher struct {
+	s *session
+	p *publisher // nil until the first publish, and after a failed one
+}
+
+func (a *privatePublisher) publish(ctx context.Context, queue string, pub amqp.Publishing) error {
+	if err := a.s.waitUnblocked(ctx); err != nil {
 		return err
 	}
-	p, err := newPublisher(s.conn)
-	if err != nil {
-		return lostOr(err)
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	defer func() {
+	if a.p == nil {
+		p, err := newPublisher(a.s.conn)
+		if err != nil {
+			return lostOr(err)
+		}
+		a.p = p
+	}
+	err := a.s.blockedOr(ctx, a.p.publish(ctx, queue, pub))
+	if err != nil {
+		a.close()
+	}
+	return err
+}
+
+// close closes the channel, if one is open, without waiting for the
+// broker's answer: a connection the broker blocks (a resource alarm) would
+// hold it back past the caller's ctx. The session waits for it once the
+// connection is closed.
+func (a *privatePublisher) close() {
+	if a.p == nil {
+		return
+	}
+	p := a.p
+	a.p = nil
+	a.s.aside.Go(func() {
 		p.shutdown()
+		// The channel's notifications close when it does (amqp091 closes
+		// them unless its channel Recovery is on, which is not used here).
 		<-p.dead
-	}()
-	return s.blockedOr(ctx, p.publish(ctx, queue, pub))
+	})
 }
 
 // blockedOr says ErrBlocked for a publish whose ctx ended while the broker
@@ -332,9 +375,9 @@ const batchWindow = 256
 //
 // A publish the broker refuses closes the channel, and every publish in
 // flight on it fails with ErrRefused, though only one was refused: those
-// are published again one at a time, as publish does it, so that only the
-// refused one fails (the broker sees it more than once; the others it had
-// taken before the refusal arrive twice).
+// are published again one at a time on a channel out of the pool (a
+// privatePublisher), so that only the refused one fails (the others the
+// broker had taken before the refusal arrive twice).
 func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo []int, settled func(i int, err error)) (lost []int) {
 	p, err := s.publisher()
 	if err != nil {
@@ -392,8 +435,10 @@ func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo 
 	for _, f := range window {
 		settle(f)
 	}
+	alone := privatePublisher{s: s}
+	defer alone.close()
 	for _, i := range refused {
-		err := s.publish(ctx, msgs[i].Queue, publishing(msgs[i], nil))
+		err := alone.publish(ctx, msgs[i].Queue, publishing(msgs[i], nil))
 		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
 			lost = append(lost, i)
 			continue
