@@ -3,6 +3,7 @@ package queuey_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -160,38 +161,57 @@ func TestADeliveryIsDueAtItsEnqueueItsReleaseOrItsReplay(t *testing.T) {
 
 // The copy a worker publishes in place of a redelivered job (PoisonAfter)
 // is due when the original was: at the end of its wait, not at its enqueue.
+// When that is unknown (a hold a Rust producer published, without a due
+// time), the copy is due when it is made, not at its enqueue a wait ago.
 func TestACountedCopyIsDueWhenTheOriginalWas(t *testing.T) {
-	hl := &hookLog{}
-	opts := &clocktest.Options{Worker: queuey.WorkerConfig{ShutdownTimeout: time.Second}}
-	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
-		handleAll(t, h.Worker, h.Clock)
-		start := h.Clock.Now()
-		mustID(t)(h.Producer.EnqueueAfter(t.Context(), betaJob{plan{Name: "slow", Block: 10 * time.Hour}}, time.Hour))
-		h.Advance(time.Hour + time.Second) // released, and running
-		must(t, h.Stop())                  // cut short: the job goes back, to be redelivered
+	for _, stamped := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stamped=%t", stamped), func(t *testing.T) {
+			hl := &hookLog{}
+			opts := &clocktest.Options{Worker: queuey.WorkerConfig{ShutdownTimeout: time.Second}}
+			clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+				handleAll(t, h.Worker, h.Clock)
+				start := h.Clock.Now()
+				slow := betaJob{plan{Name: "slow", Block: 10 * time.Hour}}
+				if stamped {
+					mustID(t)(h.Producer.EnqueueAfter(t.Context(), slow, time.Hour))
+				} else {
+					payload, err := json.Marshal(slow)
+					must(t, err)
+					msg, err := broker.NewEnvelope(slow.Kind(), "test.beta", payload, start).Message()
+					must(t, err)
+					must(t, h.Backend.Hold(t.Context(), msg, time.Hour))
+				}
+				h.Advance(time.Hour + time.Second) // released, and running
+				must(t, h.Stop())                  // cut short: the job goes back, to be redelivered
 
-		second, err := queuey.NewWorker(h.Backend, app, &queuey.WorkerConfig{
-			Clock: h.Clock, Hooks: hl.hooks(), PoisonAfter: 3, Logger: slog.New(slog.DiscardHandler),
+				second, err := queuey.NewWorker(h.Backend, app, &queuey.WorkerConfig{
+					Clock: h.Clock, Hooks: hl.hooks(), PoisonAfter: 3, Logger: slog.New(slog.DiscardHandler),
+				})
+				must(t, err)
+				must(t, queuey.Handle(second, func(context.Context, betaJob, queuey.JobContext) error { return nil }))
+				copiedAt := h.Clock.Now()
+				ctx, stop := context.WithCancel(t.Context())
+				stopped := make(chan error, 1)
+				go func() { stopped <- second.Run(ctx) }()
+				synctest.Wait()
+				stop()
+				must(t, <-stopped)
+
+				hl.mu.Lock()
+				defer hl.mu.Unlock()
+				if len(hl.deliveries) != 2 {
+					t.Fatalf("deliveries: got %d, want the redelivered original and its copy", len(hl.deliveries))
+				}
+				want := []time.Time{start.Add(time.Hour).Truncate(time.Millisecond), start.Add(time.Hour).Truncate(time.Millisecond)}
+				if !stamped {
+					want = []time.Time{{}, copiedAt.Truncate(time.Millisecond)} // unknown, then when copied
+				}
+				for i, d := range hl.deliveries {
+					if !d.DueAt.Equal(want[i]) {
+						t.Errorf("delivery %d (redelivered %t): due %v, want %v", i, d.Job.Redelivered, d.DueAt, want[i])
+					}
+				}
+			})
 		})
-		must(t, err)
-		must(t, queuey.Handle(second, func(context.Context, betaJob, queuey.JobContext) error { return nil }))
-		ctx, stop := context.WithCancel(t.Context())
-		stopped := make(chan error, 1)
-		go func() { stopped <- second.Run(ctx) }()
-		synctest.Wait()
-		stop()
-		must(t, <-stopped)
-
-		hl.mu.Lock()
-		defer hl.mu.Unlock()
-		if len(hl.deliveries) != 2 {
-			t.Fatalf("deliveries: got %d, want the redelivered original and its copy", len(hl.deliveries))
-		}
-		released := start.Add(time.Hour).Truncate(time.Millisecond)
-		for i, d := range hl.deliveries {
-			if !d.DueAt.Equal(released) {
-				t.Errorf("delivery %d (redelivered %t): due %v, want %v, the end of its wait", i, d.Job.Redelivered, d.DueAt, released)
-			}
-		}
-	})
+	}
 }

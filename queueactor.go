@@ -597,8 +597,14 @@ func (w *Worker) countRedelivery(ctx context.Context, log jobLog, d broker.Deliv
 	}
 	again := original()
 	// The copy is due when the original was: a stamp is kept, and without
-	// one the copy's enqueued_at is the original's.
+	// one the copy's enqueued_at is the original's. Back from a hold whose
+	// publisher did not stamp it (a Rust producer), it was due at some
+	// time unknown, no later than now; the copy is due now, not at its
+	// enqueue a wait ago.
 	again.DueAt = msg.DueAt
+	if again.DueAt.IsZero() && msg.FromHold {
+		again.DueAt = w.clock.Now()
+	}
 	again.Headers = maps.Clone(msg.Headers)
 	if again.Headers == nil {
 		again.Headers = map[string]string{}
