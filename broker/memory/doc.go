@@ -14,6 +14,11 @@
 // released whenever the backend is used, so inspection right after a mock
 // clock's Add sees them without waiting for the timer's goroutine.
 //
+// Tests look inside with Pending, Held, HoldQueues, InFlight, Consumers,
+// DeadLetters, AckedCount (every ack on a queue) and Acked (the acked
+// messages themselves, among the newest Options.KeepAcked over all queues:
+// what is kept stays on the heap).
+//
 // A Backend is safe for concurrent use. It starts no goroutine of its own
 // apart from the clock's timer callbacks; Close stops its timer and ends every
 // consumer.
