@@ -163,8 +163,7 @@ func (a *connectionActor) Run(ctx context.Context) error {
 	if !conn.IsClosed() {
 		_ = conn.Close()
 	}
-	// Every private channel's close returns once the connection is closed.
-	s.aside.Wait()
+	s.waitAside()
 	go func() { // amqp091 closes these on shutdown; drain whatever is left
 		for range blocked {
 		}
@@ -192,7 +191,38 @@ type session struct {
 	blockedBy string        // the broker's reason while it blocks publishes
 	unblocked chan struct{} // closed when the block lifts
 
-	aside sync.WaitGroup // private publishers' channels being closed
+	asideMu    sync.Mutex
+	aside      sync.WaitGroup // private publishers' channels being closed
+	asideEnded bool           // the connection is closed: no more closes in the background
+}
+
+// closeAside closes a private publisher's channel without waiting for the
+// broker's answer: a connection the broker blocks (a resource alarm) would
+// hold it back past the caller's ctx. Once the connection is closed, a
+// close returns at once and is done in place.
+func (s *session) closeAside(p *publisher) {
+	closeIt := func() {
+		p.shutdown()
+		// The channel's notifications close when it does (amqp091 closes
+		// them unless its channel Recovery is on, which is not used here).
+		<-p.dead
+	}
+	s.asideMu.Lock()
+	defer s.asideMu.Unlock()
+	if s.asideEnded {
+		closeIt()
+		return
+	}
+	s.aside.Go(closeIt)
+}
+
+// waitAside waits for the channels closing in the background, once the
+// connection is closed (every close then returns).
+func (s *session) waitAside() {
+	s.asideMu.Lock()
+	s.asideEnded = true
+	s.asideMu.Unlock()
+	s.aside.Wait()
 }
 
 func newSession(conn *amqp.Connection, pubs int) *session {
@@ -282,10 +312,10 @@ func (s *session) publish(ctx context.Context, queue string, pub amqp.Publishing
 		return err
 	}
 	err = s.blockedOr(ctx, p.publish(ctx, queue, pub))
-	if errors.Is(err, ErrRefused) {
+	if errors.Is(err, errSharedRefusal) {
 		// The pool's channels are shared: the refused publish may have
-		// been another in flight on the same channel. Only a refusal on
-		// a channel of its own is this message's.
+		// been another in flight on the same channel. A refusal on a
+		// channel of its own is this message's.
 		return s.publishAlone(ctx, queue, pub)
 	}
 	return err
@@ -331,22 +361,12 @@ func (a *privatePublisher) publish(ctx context.Context, queue string, pub amqp.P
 	return err
 }
 
-// close closes the channel, if one is open, without waiting for the
-// broker's answer: a connection the broker blocks (a resource alarm) would
-// hold it back past the caller's ctx. The session waits for it once the
-// connection is closed.
+// close closes the channel, if one is open, without waiting (closeAside).
 func (a *privatePublisher) close() {
-	if a.p == nil {
-		return
+	if a.p != nil {
+		a.s.closeAside(a.p)
+		a.p = nil
 	}
-	p := a.p
-	a.p = nil
-	a.s.aside.Go(func() {
-		p.shutdown()
-		// The channel's notifications close when it does (amqp091 closes
-		// them unless its channel Recovery is on, which is not used here).
-		<-p.dead
-	})
 }
 
 // blockedOr says ErrBlocked for a publish whose ctx ended while the broker
@@ -375,9 +395,9 @@ const batchWindow = 256
 //
 // A publish the broker refuses closes the channel, and every publish in
 // flight on it fails with ErrRefused, though only one was refused: those
-// are published again one at a time on a channel out of the pool (a
-// privatePublisher), so that only the refused one fails (the others the
-// broker had taken before the refusal arrive twice).
+// (errSharedRefusal) are published again one at a time on a channel out of
+// the pool (a privatePublisher), so that only the refused one fails (the
+// others the broker had taken before the refusal arrive twice).
 func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo []int, settled func(i int, err error)) (lost []int) {
 	p, err := s.publisher()
 	if err != nil {
@@ -400,7 +420,7 @@ func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo 
 		switch {
 		case errors.Is(err, ErrConnectionLost) && ctx.Err() == nil:
 			lost = append(lost, f.i)
-		case errors.Is(err, ErrRefused):
+		case errors.Is(err, errSharedRefusal):
 			refused = append(refused, f.i)
 		default:
 			settled(f.i, err)

@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -21,9 +22,10 @@ import (
 // either side settles a publish, its return (if any) is recorded under its
 // message id.
 type publisher struct {
-	ch      *amqp.Channel
-	dead    chan struct{} // closed when the channel is gone
-	closing chan *amqp.Error
+	ch        *amqp.Channel
+	dead      chan struct{} // closed when the channel is gone
+	closing   chan *amqp.Error
+	confirmed uint64 // confirms received; only the owner goroutine (own) touches it
 
 	mu       sync.Mutex
 	failed   error                      // why the channel is gone, once it is
@@ -83,6 +85,7 @@ func (p *publisher) own(returns <-chan amqp.Return, confirms <-chan amqp.Confirm
 				}
 				return
 			}
+			p.confirmed++
 			p.mu.Lock()
 			if pend, ok := p.pending[c.DeliveryTag]; ok {
 				delete(p.pending, c.DeliveryTag)
@@ -111,13 +114,21 @@ func (p *publisher) outcomeLocked(id string, acked bool) error {
 // broker closed with a channel error (a soft error: it refused what was
 // published on it, such as a header of a type it does not take) is an
 // answer, not a lost connection: it must not be published again, or a
-// refused message would be retried in a tight loop.
+// refused message would be retried in a tight loop. With one publish in
+// flight the refusal was that publish's; with more, it was one of them
+// (errSharedRefusal), and the session publishes each again alone to tell.
 func (p *publisher) failAll() {
 	err := fmt.Errorf("%w: the channel closed before the broker confirmed the publish", ErrConnectionLost)
 	select {
 	case e := <-p.closing:
 		if e != nil && e.Server && e.Recover {
 			err = fmt.Errorf("%w: %d %s", ErrRefused, e.Code, e.Reason)
+			// Every confirm the broker sent before it closed the channel
+			// has been received: the rest of what was published is what
+			// was in flight.
+			if p.ch.GetNextPublishSeqNo()-1-p.confirmed > 1 {
+				err = fmt.Errorf("%w (%w)", err, errSharedRefusal)
+			}
 		}
 	default:
 	}
@@ -138,6 +149,10 @@ func (p *publisher) isDead() bool {
 		return false
 	}
 }
+
+// errSharedRefusal marks a refusal that closed a channel with more than one
+// publish in flight: the refused one may have been another.
+var errSharedRefusal = errors.New("one of several publishes in flight on the channel")
 
 // shutdown closes the channel; the owner then fails what is pending.
 func (p *publisher) shutdown() { _ = p.ch.Close() }
