@@ -32,8 +32,8 @@ import (
 //	inst-cpu-us/job            the SDK's batch processor and the garbage collector too) per job
 //	inst/plain-by-cpu          the throughput ratio the CPU times imply when the cores are
 //	                           busy (plain CPU per job over instrumented): 0.9 means 10% of
-//	                           throughput lost; other processes on the machine do not move it,
-//	                           as they move the wall-clock ratio (Unix only)
+//	                           throughput lost; other processes' CPU is not counted in it,
+//	                           as it is in the wall-clock ratio (Unix only)
 //	+allocs/job, +B/job        what instrumentation allocates per job
 //
 // The instrumented pipeline runs on what a production process would have:
