@@ -231,3 +231,40 @@ func equalMaps(a, b map[string]int) bool {
 	}
 	return true
 }
+
+// A middleware is part of the run: its panic, before or after the handler,
+// is the run's failure, retried as a handler's panic is, and the worker
+// survives it.
+func TestAPanicInMiddlewareIsRetriedAndTheWorkerSurvives(t *testing.T) {
+	for _, when := range []string{"before", "after"} {
+		t.Run(when, func(t *testing.T) {
+			panicky := func(ctx context.Context, jc queuey.JobContext, next func(context.Context) error) error {
+				if when == "before" && jc.Attempt == 1 {
+					panic("middleware before the handler")
+				}
+				err := next(ctx)
+				if when == "after" && jc.Attempt == 1 {
+					panic("middleware after the handler")
+				}
+				return err
+			}
+			opts := &clocktest.Options{Worker: queuey.WorkerConfig{Middleware: []queuey.Middleware{panicky}}}
+			clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+				handleAll(t, h.Worker, h.Clock)
+				id := mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{named("mw")}))
+				h.Advance(time.Minute)
+				want := []shape{{2, 0, 0}}
+				if when == "after" {
+					want = []shape{{1, 0, 0}, {2, 0, 0}} // the handler ran, then the middleware panicked
+				}
+				wantShapes(t, h.Log.Of(id), want...)
+				if dead := h.Backend.DeadLetters(qAlpha); len(dead) != 0 {
+					t.Errorf("dead letters: got %v, want none", dead)
+				}
+				if h.Backend.InFlight(qAlpha) != 0 || h.Backend.Pending(qAlpha) != 0 || h.Backend.Held(qAlpha) != 0 {
+					t.Errorf("left behind: in flight %d, pending %d, held %d", h.Backend.InFlight(qAlpha), h.Backend.Pending(qAlpha), h.Backend.Held(qAlpha))
+				}
+			})
+		})
+	}
+}

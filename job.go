@@ -72,5 +72,7 @@ func (f HandlerFunc[T]) Handle(ctx context.Context, job T, jc JobContext) error 
 
 // Middleware wraps every handler run of a worker: it sees the run's
 // JobContext and calls next to run the handler (or not). It is how
-// instrumentation such as package trace plugs in.
+// instrumentation such as package trace plugs in. It is part of the run: a
+// panic in it, before or after next, fails the run as a handler's panic
+// does (retried; the worker survives).
 type Middleware func(ctx context.Context, jc JobContext, next func(ctx context.Context) error) error

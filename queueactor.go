@@ -660,8 +660,14 @@ func (w *Worker) call(ctx context.Context, q *queueConfig, h handler, job decode
 
 // callThroughMiddleware runs the handler under the worker's middleware. It
 // is apart from call so that the closures, which capture jc, move only
-// this call's copy of it to the heap.
-func (w *Worker) callThroughMiddleware(ctx context.Context, h handler, job decodedJob, jc JobContext) error {
+// this call's copy of it to the heap. A middleware's panic is the run's,
+// as the handler's is.
+func (w *Worker) callThroughMiddleware(ctx context.Context, h handler, job decodedJob, jc JobContext) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &panicError{value: r, stack: debug.Stack()}
+		}
+	}()
 	run := func(ctx context.Context) error { return runGuarded(ctx, h, job, jc) }
 	for i := len(w.middleware) - 1; i >= 0; i-- {
 		m, next := w.middleware[i], run
