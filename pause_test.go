@@ -132,3 +132,32 @@ func TestAPausedQueueDoesNotStopTheOthers(t *testing.T) {
 		wantOrder(t, h, limited, other, limited, waiting)
 	})
 }
+
+// A pause lets the queue's running handlers finish, however long they
+// take: ShutdownTimeout is for a stopping worker, not for a pause.
+func TestAPauseLetsTheRunningHandlersFinish(t *testing.T) {
+	q := queuey.Queue{Name: "p", Prefetch: 2}
+	set := queuey.QueueSet{Prefix: "pause", Queues: []queuey.Queue{q}}
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Concurrency: 2, ShutdownTimeout: 5 * time.Second}}
+	clocktest.Run(t, set, opts, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j pJob, jc queuey.JobContext) error {
+			if j.Name == "limited" && jc.Deferrals == 0 {
+				return queuey.PauseQueue(time.Minute, "429")
+			}
+			return j.run(ctx, h.Clock, jc)
+		}))
+		long := mustID(t)(h.Producer.Enqueue(t.Context(), pJob{plan{Name: "long", Block: 20 * time.Second}}))
+		h.Advance(time.Second) // long is running
+		limited := mustID(t)(h.Producer.Enqueue(t.Context(), pJob{named("limited")}))
+		h.Advance(2 * time.Minute)
+		if runs := h.Log.Of(long); len(runs) != 1 {
+			t.Errorf("long job: %d runs, want 1 (not cut short by the pause)", len(runs))
+		}
+		if runs := h.Log.Of(limited); len(runs) != 2 {
+			t.Errorf("limited job: %d runs, want 2 (paused, then after the pause)", len(runs))
+		}
+		if got := h.Backend.AckedCount("pause.p"); got != 3 {
+			t.Errorf("acked: got %d, want 3 (long; limited's deferral and its run)", got)
+		}
+	})
+}

@@ -222,7 +222,7 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool,
 		hardStop()
 		a.w.orphans.Go(running.Wait)
 	} else {
-		a.waitFor(&running, hardStop)
+		a.waitFor(ctx, &running, hardStop)
 	}
 
 	resumeMu.Lock() // every handler has returned: no pause comes after this
@@ -389,14 +389,22 @@ func pump(ctx context.Context, c broker.Consumer, mb *mailbox.Mailbox[broker.Del
 	}
 }
 
-// waitFor waits for the running handlers: up to ShutdownTimeout, then it
-// cancels their ctx and waits for them to return.
-func (a *queueActor) waitFor(running *sync.WaitGroup, hardStop context.CancelFunc) {
+// waitFor waits for the running handlers. A pause, or a suspect about to
+// run alone, lets them finish however long they take; once the worker
+// stops (or ctx ends), they have ShutdownTimeout from then, and then their
+// ctx is cancelled and they are waited for.
+func (a *queueActor) waitFor(ctx context.Context, running *sync.WaitGroup, hardStop context.CancelFunc) {
 	done := make(chan struct{})
 	go func() {
 		running.Wait()
 		close(done)
 	}()
+	select {
+	case <-done:
+		return
+	case <-a.stopping.Done():
+	case <-ctx.Done():
+	}
 	timer := a.w.clock.Timer(a.w.shutdownTimeout)
 	defer timer.Stop()
 	select {

@@ -292,3 +292,41 @@ func TestASuspectRunningAloneKeepsToTheConcurrency(t *testing.T) {
 		}
 	})
 }
+
+// A suspect waits for its queue-mates already running to finish, however
+// long they take, before it runs alone: the shutdown timeout is for a
+// stopping worker, and a suspect run on a cancelled ctx would come back
+// counted once more, closer to poison, without a crash.
+func TestASuspectWaitsForLongRunningQueueMates(t *testing.T) {
+	set := queuey.QueueSet{Prefix: "test", Queues: []queuey.Queue{solo}}
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Concurrency: 2, PoisonAfter: 2, ShutdownTimeout: 5 * time.Second}}
+	clocktest.Run(t, set, opts, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j soloJob, jc queuey.JobContext) error {
+			return j.run(ctx, h.Clock, jc)
+		}))
+		publish := func(payload string, headers map[string]string) string {
+			env := broker.NewEnvelope("solo_job", "test.solo", json.RawMessage(payload), h.Clock.Now())
+			msg, err := env.Message()
+			must(t, err)
+			msg.Headers = headers
+			must(t, h.Backend.Publish(t.Context(), msg))
+			return env.JobID
+		}
+		long := publish(`{"name":"long","block":20000000000}`, nil)
+		h.Advance(time.Second) // long is running
+		suspect := publish(`{"name":"suspect","block":1000000000}`, map[string]string{"x-queuey-redeliveries": "1"})
+		h.Advance(time.Minute)
+		if runs := len(h.Log.Of(long)); runs != 1 {
+			t.Errorf("long job: %d runs, want 1 (not cut short for the suspect)", runs)
+		}
+		if runs := len(h.Log.Of(suspect)); runs != 1 {
+			t.Errorf("suspect: %d runs, want 1", runs)
+		}
+		if dl := h.Backend.DeadLetters("test.solo"); len(dl) != 0 {
+			t.Errorf("dead letters: got %v, want none", dl)
+		}
+		if got := h.Backend.AckedCount("test.solo"); got != 2 {
+			t.Errorf("acked: got %d, want 2", got)
+		}
+	})
+}
