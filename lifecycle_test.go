@@ -185,3 +185,45 @@ func TestThirtyDaysOfDeferralsAndRetries(t *testing.T) {
 	// Outside the bubble time.Now is the wall clock again.
 	t.Logf("%d jobs, %d runs over 30 simulated days took %v of wall time", jobs, jobs*31, time.Since(start))
 }
+
+// A job cut short by a stop that ran out of time did not crash its worker:
+// with PoisonAfter on it goes back unchanged (published again and acked,
+// as an unstarted delivery does), not requeued to come back counted, so a
+// long job is not dead-lettered as poison by a few restarts.
+func TestAJobCutShortByAStopIsNotCountedAsACrash(t *testing.T) {
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{ShutdownTimeout: 5 * time.Second, PoisonAfter: 1}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		id := mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{plan{Name: "long", Block: time.Hour}}))
+		h.Start()
+		must(t, h.Stop()) // cuts the job short after 5 s
+
+		second, err := queuey.NewWorker(h.Backend, app, &queuey.WorkerConfig{
+			Clock: h.Clock, PoisonAfter: 1, Logger: slog.New(slog.DiscardHandler),
+		})
+		must(t, err)
+		ran := make(chan queuey.JobContext, 1)
+		must(t, queuey.Handle(second, func(_ context.Context, _ alphaJob, jc queuey.JobContext) error {
+			ran <- jc
+			return nil
+		}))
+		ctx, stop := context.WithCancel(t.Context())
+		stopped := make(chan error, 1)
+		go func() { stopped <- second.Run(ctx) }()
+		synctest.Wait()
+		stop()
+		must(t, <-stopped)
+
+		if dl := h.Backend.DeadLetters(qAlpha); len(dl) != 0 {
+			t.Fatalf("dead letters: got %v, want none", dl)
+		}
+		select {
+		case jc := <-ran:
+			if jc.JobID != id || jc.Attempt != 1 {
+				t.Errorf("second run: job %s attempt %d, want %s attempt 1", jc.JobID, jc.Attempt, id)
+			}
+		default:
+			t.Fatal("the job did not run again")
+		}
+	})
+}

@@ -33,6 +33,10 @@ type queueActor struct {
 // errConsumerLost reports a consumer that ended on its own.
 var errConsumerLost = errors.New("consumer ended unexpectedly")
 
+// errStopTimedOut is why running handlers are cancelled when a stop has
+// waited ShutdownTimeout for them.
+var errStopTimedOut = errors.New("the worker's stop ran out of time (ShutdownTimeout)")
+
 func (a *queueActor) Run(ctx context.Context) error {
 	for {
 		resume, again, err := a.runOnce(ctx)
@@ -79,9 +83,11 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool,
 	defer consumer.Cancel()
 
 	// Handlers outlive ctx: a graceful stop lets them finish, and only a
-	// stop that takes longer than ShutdownTimeout cancels them.
-	handlerCtx, hardStop := context.WithCancel(context.WithoutCancel(ctx))
-	defer hardStop()
+	// stop that takes longer than ShutdownTimeout cancels them (hardStop),
+	// or the loss of their deliveries with the consumer.
+	handlerCtx, cancelHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelHandlers(nil)
+	hardStop := func() { cancelHandlers(errStopTimedOut) }
 
 	// The supervisor stops its children one at a time; every queue actor
 	// stops pulling as soon as the worker is stopping, not when its turn
@@ -219,7 +225,7 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool,
 		// back: the running handlers cannot settle theirs. Cancel them and
 		// let the supervisor start consuming again at once, rather than
 		// after the longest of them; the worker waits for them at the end.
-		hardStop()
+		cancelHandlers(errConsumerLost)
 		a.w.orphans.Go(running.Wait)
 	} else {
 		a.waitFor(ctx, &running, hardStop)
@@ -518,6 +524,14 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 	if err != nil && ctx.Err() != nil {
 		// Cancelled by a stop that ran out of time, or because its delivery
 		// was lost with its consumer: not the job's fault.
+		if w.poisonAfter > 0 && errors.Is(context.Cause(ctx), errStopTimedOut) {
+			// Nor a crash: it goes back as an unstarted delivery does,
+			// published again unchanged and acked, so that PoisonAfter does
+			// not count it (requeued, it would come back redelivered).
+			log.Warn("job interrupted by the worker's stop; publishing it again", "error", err)
+			w.setAside(context.WithoutCancel(ctx), q, d)
+			return Outcome{Result: Requeued, Err: err, Ran: true, HandlerDuration: ran}
+		}
 		log.Warn("job interrupted (the worker is stopping or its delivery was lost); returning it to the queue", "error", err)
 		requeue(d, log)
 		return Outcome{Result: Requeued, Err: err, Ran: true, HandlerDuration: ran}

@@ -55,10 +55,10 @@ type WorkerConfig struct {
 	// queue's consumer stops, what it already holds runs first, then the
 	// job, so that a crash then counts no bystander; only the job that
 	// crashes every time reaches the limit. Deliveries a graceful stop or
-	// a pause gives back unstarted are published again unchanged (to the
-	// back of the queue) and acked rather than requeued, so they are not
-	// counted; those of a lost connection are, as after a crash. Default
-	// 0: off.
+	// a pause gives back unstarted, and jobs a stop cuts short after
+	// ShutdownTimeout, are published again unchanged (to the back of the
+	// queue) and acked rather than requeued, so they are not counted;
+	// those of a lost connection are, as after a crash. Default 0: off.
 	PoisonAfter int
 	// MaxMessageBytes dead-letters, verbatim and without decoding it, a
 	// delivery whose body is larger (cause CauseTooLarge): a worker need
