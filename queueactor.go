@@ -41,6 +41,9 @@ func (a *queueActor) Run(ctx context.Context) error {
 	for {
 		resume, again, err := a.runOnce(ctx)
 		if again && err == nil && resume.IsZero() {
+			if a.stopping.Err() != nil || ctx.Err() != nil {
+				return nil // the worker began to stop while the suspect ran
+			}
 			continue // a suspect ran alone: consume again at once
 		}
 		if err != nil || resume.IsZero() {

@@ -330,3 +330,33 @@ func TestASuspectWaitsForLongRunningQueueMates(t *testing.T) {
 		}
 	})
 }
+
+// A queue whose suspect finished running alone after the worker began to
+// stop does not consume again: nothing more is taken from it, run, or
+// published again, while the stop waits for other queues' handlers.
+func TestAQueueDoesNotConsumeAgainAfterAnIsolationOnceStopping(t *testing.T) {
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Concurrency: 2, PoisonAfter: 3, ShutdownTimeout: 10 * time.Second}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		mustID(t)(h.Producer.Enqueue(t.Context(), betaJob{plan{Name: "long", Block: time.Hour}}))
+		env := broker.NewEnvelope(alphaJob{}.Kind(), qAlpha, json.RawMessage(`{"name":"suspect","block":2000000000}`), h.Clock.Now())
+		msg, err := env.Message()
+		must(t, err)
+		msg.Headers = map[string]string{"x-queuey-redeliveries": "1"}
+		must(t, h.Backend.Publish(t.Context(), msg))
+		h.Advance(time.Second) // both run: the suspect alone on alpha
+		h.BeginStop()
+		late := mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{named("late")}))
+		h.Advance(3 * time.Second) // the suspect is done; beta's job still runs
+		if runs := len(h.Log.Of(late)); runs != 0 {
+			t.Errorf("a job enqueued after the stop began ran %d times", runs)
+		}
+		if got := h.Backend.Pending(qAlpha); got != 1 {
+			t.Errorf("alpha pending during the stop: got %d, want 1 (the late job, untouched)", got)
+		}
+		if got := h.Backend.AckedCount(qAlpha); got != 1 {
+			t.Errorf("alpha acked during the stop: got %d, want 1 (the suspect)", got)
+		}
+		must(t, h.Stop())
+	})
+}
