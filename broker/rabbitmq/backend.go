@@ -215,6 +215,14 @@ func (b *Backend) PublishBatch(ctx context.Context, msgs []broker.Message, settl
 // Hold declares the hold queue for ttl (unless it was declared less than
 // ttl/2 ago, so it cannot expire under the message) and publishes msg into
 // it; the broker dead-letters it back to msg.Queue when ttl has passed.
+//
+// A hold queue expires 2×ttl after its last declare (x-expires; publishes
+// do not count), so the rule holds only if the message reaches the broker
+// soon after the check. A publish held up on its way (a reconnect, an
+// alarm, a congested network) is followed by the same check once the
+// broker has confirmed it: a declare grown older than ttl/2 meanwhile is
+// made again, which puts the queue's expiry 2×ttl past a time the message
+// was already in it.
 func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duration) error {
 	if ttl <= 0 || ttl%time.Millisecond != 0 || ttl > broker.MaxHoldMs*time.Millisecond {
 		return fmt.Errorf("%w: hold ttl %v is not a whole number of milliseconds in (0, %dms]",
@@ -246,7 +254,16 @@ func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duratio
 			err = b.publish(ctx, hold, publishing(msg, nil))
 		}
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	if err := b.declareHold(ctx, hold, spec, ttl); err != nil {
+		// The message is in the queue, which may expire before its TTL
+		// ends: not known to be safe, so an error (publishing the job
+		// again risks a duplicate, never a loss).
+		return fmt.Errorf("hold queue %q: declaring it again after a late publish: %w", hold, err)
+	}
+	return nil
 }
 
 func (b *Backend) declareHold(ctx context.Context, hold string, spec broker.QueueSpec, ttl time.Duration) error {

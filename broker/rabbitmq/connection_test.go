@@ -313,6 +313,49 @@ func TestConcurrentPublishesFailOnlyTheRefusedOnes(t *testing.T) {
 	}
 }
 
+// A hold queue expires 2×TTL after its last declare; publishes do not
+// count. A hold publish that reaches the broker late (held up by the
+// network, a reconnect or an alarm) after a declare recent enough to skip
+// must not land in a queue that expires before the message's TTL ends:
+// once the broker has it, the queue is declared again if the declare has
+// grown old meanwhile.
+func TestALateHoldPublishOutlivesItsQueuesExpiry(t *testing.T) {
+	proxy, b, q := throughProxy(t, "latehold")
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	const ttl = time.Second
+	if err := b.Hold(ctx, broker.Message{Queue: q, ID: "first", Body: []byte("{}")}, ttl); err != nil {
+		t.Fatal(err)
+	}
+	release := proxy.stall()
+	defer release()
+	late := time.AfterFunc(ttl+ttl/2, release) // past the declare's TTL: the queue would expire before the message's TTL ends
+	defer late.Stop()
+	if err := b.Hold(ctx, broker.Message{Queue: q, ID: "late", Body: []byte("{}")}, ttl); err != nil {
+		t.Fatal(err)
+	}
+
+	direct := rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
+	defer direct.Close()
+	c, err := direct.Consume(ctx, q, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Cancel()
+	seen := map[string]bool{}
+	for len(seen) < 2 {
+		select {
+		case d := <-c.Deliveries():
+			seen[d.Message().ID] = true
+			if err := d.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(6 * time.Second):
+			t.Fatalf("held messages back on the queue: %v, want first and late", seen)
+		}
+	}
+}
+
 // throughProxy dials the broker through a proxy that a test can cut, with
 // quick reconnects, and declares a work queue of a unique name; the queue
 // is deleted and the backend closed when the test ends.
@@ -348,6 +391,22 @@ type proxy struct {
 	cutAt  int64         // once this many bytes went to the broker, cut (0: never)
 	sent   int64         // bytes gone to the broker since cutAfter
 	cutNow chan struct{} // closed at the cut
+	gate   chan struct{} // while stalled: closed when the stall ends
+}
+
+// stall holds every byte on its way to the broker, as a congested network
+// or a broker that stops reading would, until release is called.
+func (p *proxy) stall() (release func()) {
+	gate := make(chan struct{})
+	p.mu.Lock()
+	p.gate = gate
+	p.mu.Unlock()
+	return sync.OnceFunc(func() {
+		p.mu.Lock()
+		p.gate = nil
+		p.mu.Unlock()
+		close(gate)
+	})
 }
 
 // cutAfter cuts the proxy (as down does) once n more bytes have gone to the
@@ -366,6 +425,12 @@ type toBroker struct {
 }
 
 func (t toBroker) Write(b []byte) (int, error) {
+	t.p.mu.Lock()
+	gate := t.p.gate
+	t.p.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	n, err := t.w.Write(b)
 	p := t.p
 	p.mu.Lock()
