@@ -161,7 +161,10 @@ func (a *connectionActor) Run(ctx context.Context) error {
 	b.mu.Unlock()
 	s.close(ctx.Err() != nil) // the actor's ctx ends when the backend closes
 	if !conn.IsClosed() {
-		_ = conn.Close()
+		// A connection the broker blocks (a resource alarm) is not read:
+		// the broker's answer to the close would come when the alarm
+		// clears. Closing the connection shuts its channels down too.
+		_ = conn.CloseDeadline(time.Now().Add(closeTimeout))
 	}
 	s.waitAside()
 	go func() { // amqp091 closes these on shutdown; drain whatever is left
@@ -270,20 +273,18 @@ func (s *session) waitUnblocked(ctx context.Context) error {
 	}
 }
 
-// close shuts the session's publishers down; backendClosed says the
-// backend is closing (else the connection was lost), which is what its
-// consumers then report.
+// closeTimeout bounds the wait for the broker's answer when a connection
+// is closed.
+const closeTimeout = 2 * time.Second
+
+// close records why the session ends before its connection is closed
+// (which shuts its channels down): backendClosed says the backend is
+// closing (else the connection was lost), which is what its consumers
+// then report.
 func (s *session) close(backendClosed bool) {
 	s.closeMu.Lock()
 	s.backendClosed = backendClosed
 	s.closeMu.Unlock()
-	s.pubMu.Lock()
-	defer s.pubMu.Unlock()
-	for _, p := range s.pubs {
-		if p != nil {
-			p.shutdown()
-		}
-	}
 }
 
 // publisher returns a live confirm channel from the pool, opening it if it

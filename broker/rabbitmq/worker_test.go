@@ -438,3 +438,46 @@ func TestWorkerSuite(t *testing.T) {
 		Cleanup: deletePrefixed,
 	})
 }
+
+// TestFaultCloseReturnsDuringAMemoryAlarm: a broker that blocks a
+// connection stops reading it, so a close that waits for the broker's
+// answer would wait for the alarm to clear. Closing the backend must not.
+// It raises a broker-wide alarm: QUEUEY_FAULTS=1 only.
+func TestFaultCloseReturnsDuringAMemoryAlarm(t *testing.T) {
+	if os.Getenv("QUEUEY_FAULTS") != "1" {
+		t.Skip("raises a broker-wide alarm; make test runs it alone with QUEUEY_FAULTS=1")
+	}
+	prefix := unique("alarmclose")
+	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	b := rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
+	q := prefix + ".work"
+	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	rabbitmqctl(t, "set_vm_memory_high_watermark", "0.000001")
+	t.Cleanup(func() { rabbitmqctl(t, "set_vm_memory_high_watermark", "0.4") })
+	var err error
+	for range 50 { // the alarm reaches the connection within moments
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		err = b.Publish(ctx, broker.Message{Queue: q, ID: "blocked", Body: []byte("{}")})
+		cancel()
+		if err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, rabbitmq.ErrBlocked) {
+		t.Fatalf("publish under a memory alarm: got %v, want ErrBlocked", err)
+	}
+	closed := make(chan error, 1)
+	start := time.Now()
+	go func() { closed <- b.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		t.Logf("Close returned after %v under the alarm", time.Since(start).Round(time.Millisecond))
+	case <-time.After(5 * time.Second): // 10 s before the close had a deadline
+		t.Fatal("Close did not return within 5 s while the broker blocked the connection")
+	}
+}
