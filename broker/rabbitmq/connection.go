@@ -534,6 +534,12 @@ func (s *session) declareAll(ctx context.Context, specs []broker.QueueSpec) erro
 func lostOr(err error) error {
 	var amqpErr *amqp.Error
 	var opErr *net.OpError
+	// Every channel id of the connection taken (the broker's channel_max
+	// reached) is amqp091's own error, on a live connection: retrying on it
+	// at once would spin.
+	if errors.Is(err, amqp.ErrChannelMax) {
+		return fmt.Errorf("rabbitmq: the connection has no channel left (the broker's channel_max): %w", err)
+	}
 	// A soft (channel) error such as NOT_FOUND is an answer; a closed
 	// channel, a hard (connection) error, or a socket that failed under a
 	// write (the connection reset) means the connection is gone.

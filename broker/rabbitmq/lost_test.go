@@ -28,6 +28,9 @@ func TestLostOrTellsALostConnectionFromAnAnswer(t *testing.T) {
 		{"soft error", &amqp.Error{Code: amqp.NotFound, Reason: "no queue", Server: true, Recover: true}, false},
 		{"a deadline", context.DeadlineExceeded, false},
 		{"anything else", errors.New("frame too large"), false},
+		// amqp091's own, on a live connection: retrying at once on the
+		// same connection would spin.
+		{"no channel id left", amqp.ErrChannelMax, false},
 	} {
 		if got := errors.Is(lostOr(c.err), ErrConnectionLost); got != c.lost {
 			t.Errorf("%s: lost %t, want %t", c.name, got, c.lost)
