@@ -325,7 +325,7 @@ func (b *Backend) Depth(ctx context.Context, queue string) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		n, err := s.depth(queue)
+		n, err := s.depth(ctx, queue)
 		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
 			continue
 		}

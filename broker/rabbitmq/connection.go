@@ -471,8 +471,13 @@ func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo 
 
 // declare declares one queue on the declaration channel, kept apart from
 // the publishing channels so that a refused declare (which closes its
-// channel) cannot cut off publishes in flight.
+// channel) cannot cut off publishes in flight. While the broker blocks the
+// connection it is not read, so a declare waits for the block to lift,
+// bounded by ctx, before it is sent.
 func (s *session) declare(ctx context.Context, name string, durable bool, args amqp.Table) error {
+	if err := s.waitUnblocked(ctx); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -499,8 +504,12 @@ func (s *session) declare(ctx context.Context, name string, durable bool, args a
 }
 
 // depth passive-declares queue on a channel of its own: a missing queue
-// closes the channel it was asked on.
-func (s *session) depth(queue string) (int, error) {
+// closes the channel it was asked on. Like declare, it waits for a block
+// to lift first.
+func (s *session) depth(ctx context.Context, queue string) (int, error) {
+	if err := s.waitUnblocked(ctx); err != nil {
+		return 0, err
+	}
 	ch, err := s.conn.Channel()
 	if err != nil {
 		return 0, lostOr(err)

@@ -439,11 +439,13 @@ func TestWorkerSuite(t *testing.T) {
 	})
 }
 
-// TestFaultCloseReturnsDuringAMemoryAlarm: a broker that blocks a
-// connection stops reading it, so a close that waits for the broker's
-// answer would wait for the alarm to clear. Closing the backend must not.
-// It raises a broker-wide alarm: QUEUEY_FAULTS=1 only.
-func TestFaultCloseReturnsDuringAMemoryAlarm(t *testing.T) {
+// TestFaultDeclaresDepthAndCloseDoNotWaitOutAnAlarm: a broker that blocks a
+// connection stops reading it, so a call that waits for the broker's
+// answer would wait for the alarm to clear. A hold that must declare its
+// queue and a depth query end with their ctx (ErrBlocked), and closing the
+// backend does not wait. It raises a broker-wide alarm: QUEUEY_FAULTS=1
+// only.
+func TestFaultDeclaresDepthAndCloseDoNotWaitOutAnAlarm(t *testing.T) {
 	if os.Getenv("QUEUEY_FAULTS") != "1" {
 		t.Skip("raises a broker-wide alarm; make test runs it alone with QUEUEY_FAULTS=1")
 	}
@@ -468,6 +470,27 @@ func TestFaultCloseReturnsDuringAMemoryAlarm(t *testing.T) {
 	if !errors.Is(err, rabbitmq.ErrBlocked) {
 		t.Fatalf("publish under a memory alarm: got %v, want ErrBlocked", err)
 	}
+	within := func(what string, call func(ctx context.Context) error) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- call(ctx) }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, rabbitmq.ErrBlocked) {
+				t.Errorf("%s under the alarm: got %v, want ErrBlocked", what, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s under the alarm did not end with its 1 s ctx", what)
+		}
+	}
+	within("a hold that declares its queue", func(ctx context.Context) error {
+		return b.Hold(ctx, broker.Message{Queue: q, ID: "held", Body: []byte("{}")}, 7*time.Second)
+	})
+	within("a depth query", func(ctx context.Context) error {
+		_, err := b.Depth(ctx, q)
+		return err
+	})
 	closed := make(chan error, 1)
 	start := time.Now()
 	go func() { closed <- b.Close() }()
