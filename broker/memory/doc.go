@@ -5,8 +5,10 @@
 // levels (the highest level first, FIFO within a level, a priority above the
 // queue's maximum counted as the maximum), a dead-letter queue per work queue,
 // hold queues named <q>.deferred.<ms> whose messages land on <q> exactly when
-// their TTL has passed, prefetch per consumer, and the return of unsettled
-// deliveries when a consumer ends. Messages are not persisted.
+// their TTL has passed, a queue's MessageTTL (what waited longer is
+// dropped, a delivery given back keeping its first expiry), prefetch per
+// consumer, and the return of unsettled deliveries when a consumer ends.
+// Messages are not persisted.
 //
 // Every timer reads the clock.Clock given in Options, so with a mock clock
 // (or inside a testing/synctest bubble) advancing 30 s releases exactly what a

@@ -17,6 +17,7 @@ func (b *Backend) Pending(queue string) int {
 	defer b.mu.Unlock()
 	b.releaseDueLocked()
 	if q, ok := b.queues[queue]; ok {
+		b.expireLocked(q)
 		return q.pending()
 	}
 	return 0

@@ -81,6 +81,7 @@ type stored struct {
 	msg         broker.Message
 	seq         uint64
 	redelivered bool
+	expires     time.Time // landing + the queue's MessageTTL; zero: never
 }
 
 type held struct {
@@ -273,8 +274,32 @@ func (b *Backend) DeadLetter(ctx context.Context, dl broker.DeadLetter) error {
 // landLocked puts msg on q behind everything of its level.
 func (b *Backend) landLocked(q *queue, msg broker.Message) {
 	b.seq++
+	s := &stored{msg: msg, seq: b.seq}
+	if ttl := q.spec.MessageTTL; ttl > 0 {
+		s.expires = b.clock.Now().Add(ttl)
+	}
 	lvl := q.level(msg.Priority)
-	q.levels[lvl] = append(q.levels[lvl], &stored{msg: msg, seq: b.seq})
+	q.levels[lvl] = append(q.levels[lvl], s)
+}
+
+// expireLocked drops what waited on q longer than its MessageTTL, as
+// RabbitMQ's x-message-ttl does (a work queue has no dead-letter exchange,
+// so it is gone). Within a level messages are in landing order, a message
+// given back keeping its place and its expiry, so the expired ones come
+// first. Deliveries in flight do not expire.
+func (b *Backend) expireLocked(q *queue) {
+	if q.spec.MessageTTL <= 0 {
+		return
+	}
+	now := b.clock.Now()
+	for lvl, l := range q.levels {
+		n := 0
+		for n < len(l) && !now.Before(l[n].expires) {
+			l[n] = nil
+			n++
+		}
+		q.levels[lvl] = l[n:]
+	}
 }
 
 // level is where a priority lands: RabbitMQ treats a priority above the
@@ -313,6 +338,7 @@ func (q *queue) popLocked() *stored {
 // dispatchLocked hands q's messages to its consumers, round-robin, while
 // one of them has room under its prefetch.
 func (b *Backend) dispatchLocked(q *queue) {
+	b.expireLocked(q)
 	for len(q.consumers) > 0 && q.pending() > 0 {
 		var c *consumer
 		for i := range q.consumers {
@@ -589,6 +615,7 @@ func (b *Backend) Depth(ctx context.Context, queue string) (int, error) {
 	if !ok {
 		return 0, fmt.Errorf("%w: depth of %q", broker.ErrNoQueue, queue)
 	}
+	b.expireLocked(q)
 	return q.pending(), nil
 }
 

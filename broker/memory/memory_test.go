@@ -1391,3 +1391,56 @@ func TestAckedKeepsOnlyTheNewest(t *testing.T) {
 		t.Errorf("AckedCount of an unknown queue: got %d, want 0", got)
 	}
 }
+
+// A queue's MessageTTL (x-message-ttl) drops what waited on it longer, as
+// RabbitMQ does: the work queue has no dead-letter exchange, so an expired
+// message is gone. A message taken up in time does not expire while it
+// is in flight, and one given back keeps its first expiry.
+func TestMessageTTLDropsWhatWaitedTooLong(t *testing.T) {
+	b, mock := newBackend(t)
+	ctx := t.Context()
+	if err := b.Declare(ctx, broker.QueueSpec{Name: "ttl", MessageTTL: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(id string) {
+		if err := b.Publish(ctx, broker.Message{Queue: "ttl", ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("old")
+	mock.Add(6 * time.Second)
+	publish("young")
+	mock.Add(5 * time.Second) // old waited 11 s, young 5 s
+	if got := b.Pending("ttl"); got != 1 {
+		t.Errorf("pending: got %d, want 1 (old expired)", got)
+	}
+	if n, err := b.Depth(ctx, "ttl"); err != nil || n != 1 {
+		t.Errorf("depth: got %d, %v, want 1", n, err)
+	}
+	c, err := b.Consume(ctx, "ttl", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := <-c.Deliveries()
+	if d.Message().ID != "young" {
+		t.Fatalf("delivered %q, want young", d.Message().ID)
+	}
+	mock.Add(10 * time.Second) // in flight: it does not expire
+	if err := d.Requeue(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Given back after its expiry (it landed 15 s ago): dropped.
+	if got := b.Pending("ttl"); got != 0 {
+		t.Errorf("pending after the requeue: got %d, want 0", got)
+	}
+	publish("new")
+	select {
+	case d := <-c.Deliveries():
+		if d.Message().ID != "new" {
+			t.Errorf("delivered %q, want new", d.Message().ID)
+		}
+	default:
+		t.Error("a fresh message was not delivered")
+	}
+	c.Cancel()
+}
