@@ -9,7 +9,9 @@ import (
 
 // Hooks let instrumentation follow every job's life (package trace plugs
 // OpenTelemetry in here) without the core depending on it. Every field is
-// optional; a nil hook costs nothing.
+// optional; a nil hook costs nothing. In a worker, a hook (or a func it
+// returned) that panics is logged as an error and the job goes on without
+// it; in a producer, the panic reaches the caller of Enqueue.
 type Hooks struct {
 	// Publish is called before every publish: the producer's Enqueue,
 	// EnqueueAfter and Defer, and the worker's republish of a retry, a

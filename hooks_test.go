@@ -215,3 +215,52 @@ func TestACountedCopyIsDueWhenTheOriginalWas(t *testing.T) {
 		})
 	}
 }
+
+// A hook that panics is a bug in instrumentation: the worker logs it and
+// goes on without the hook, rather than dying with every delivery in
+// flight. The job's life is the same as without hooks.
+func TestAPanickingHookDoesNotTakeTheWorkerDown(t *testing.T) {
+	for _, which := range []string{"Deliver", "finish", "Publish", "publish result"} {
+		t.Run(which, func(t *testing.T) {
+			hooks := &queuey.Hooks{
+				Publish: func(_ context.Context, p *queuey.PublishInfo) func(error) {
+					if which == "Publish" && p.Op == queuey.OpRetry {
+						panic("publish hook")
+					}
+					return func(error) {
+						if which == "publish result" && p.Op == queuey.OpRetry {
+							panic("publish result hook")
+						}
+					}
+				},
+				Deliver: func(ctx context.Context, d *queuey.DeliveryInfo) (context.Context, func(queuey.Outcome)) {
+					if which == "Deliver" {
+						panic("deliver hook")
+					}
+					return ctx, func(queuey.Outcome) {
+						if which == "finish" {
+							panic("finish hook")
+						}
+					}
+				},
+			}
+			logs := &logRecorder{}
+			opts := &clocktest.Options{Logger: slog.New(logs), Worker: queuey.WorkerConfig{Hooks: hooks}}
+			clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+				handleAll(t, h.Worker, h.Clock)
+				id := mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{plan{Name: "flaky", Fail: 1}}))
+				h.Advance(time.Minute)
+				wantShapes(t, h.Log.Of(id), shape{1, 0, 0}, shape{2, 0, 0})
+				if dead := h.Backend.DeadLetters(qAlpha); len(dead) != 0 {
+					t.Errorf("dead letters: got %v, want none", dead)
+				}
+				if h.Backend.InFlight(qAlpha) != 0 || h.Backend.Pending(qAlpha) != 0 || h.Backend.Held(qAlpha) != 0 {
+					t.Errorf("left behind: in flight %d, pending %d, held %d", h.Backend.InFlight(qAlpha), h.Backend.Pending(qAlpha), h.Backend.Held(qAlpha))
+				}
+				if lvl, ok := logs.levelOf("hook panicked; going on without it"); !ok || lvl != slog.LevelError {
+					t.Errorf("hook panic logged at %v (found %t), want an error", lvl, ok)
+				}
+			})
+		})
+	}
+}

@@ -361,7 +361,7 @@ func (w *Worker) setAside(ctx context.Context, q *queueConfig, d broker.Delivery
 	again := msg
 	again.Queue = q.broker
 	again.Headers = maps.Clone(msg.Headers)
-	done := w.hooks.publishing(ctx, w.backend.Name(), OpRedelivery, &again, 0, "")
+	done := w.publishHook(ctx, OpRedelivery, &again, 0, "")
 	err := w.backend.Publish(ctx, again)
 	done(err)
 	if err != nil {
@@ -454,11 +454,41 @@ func (w *Worker) process(ctx context.Context, q *queueConfig, hold *actor.Actor[
 		due = env.EnqueuedAt() // due when enqueued (see broker.Message.DueAt)
 	}
 	info := &DeliveryInfo{System: w.backend.Name(), Queue: q.broker, Job: jc, Headers: msg.Headers, DueAt: due, Started: started}
-	ctx, finish := w.hooks.Deliver(ctx, info)
-	out := w.settleDelivery(ctx, q, hold, d, msg, env, decodeErr, info.Job, pause)
-	if finish != nil {
-		finish(out)
+	hookCtx, finish := ctx, func(Outcome) {}
+	w.guardHook("Deliver", func() {
+		c, f := w.hooks.Deliver(ctx, info)
+		if c != nil {
+			hookCtx = c
+		}
+		if f != nil {
+			finish = f
+		}
+	})
+	out := w.settleDelivery(hookCtx, q, hold, d, msg, env, decodeErr, info.Job, pause)
+	w.guardHook("Deliver's outcome func", func() { finish(out) })
+}
+
+// guardHook calls a hook, turning a panic in it into an error log: a bug in
+// instrumentation must not take the worker down with every delivery in
+// flight. The job goes on as if the hook were not there.
+func (w *Worker) guardHook(which string, call func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.log.Error("hook panicked; going on without it", "hook", which, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		}
+	}()
+	call()
+}
+
+// publishHook tells the publish hook about a republish of the worker's
+// (guardHook): it returns what to call with the result.
+func (w *Worker) publishHook(ctx context.Context, op PublishOp, msg *broker.Message, delay time.Duration, reason string) func(error) {
+	if w.hooks == nil || w.hooks.Publish == nil {
+		return func(error) {}
 	}
+	done := func(error) {}
+	w.guardHook("Publish", func() { done = w.hooks.publishing(ctx, w.backend.Name(), op, msg, delay, reason) })
+	return func(err error) { w.guardHook("Publish's result func", func() { done(err) }) }
 }
 
 // jobContext is what the handler of env will see.
@@ -635,7 +665,7 @@ func (w *Worker) countRedelivery(ctx context.Context, log jobLog, d broker.Deliv
 		again.Headers = map[string]string{}
 	}
 	again.Headers[headerRedeliveries] = strconv.Itoa(n)
-	done := w.hooks.publishing(ctx, w.backend.Name(), OpRedelivery, &again, 0, "")
+	done := w.publishHook(ctx, OpRedelivery, &again, 0, "")
 	err := w.backend.Publish(ctx, again)
 	done(err)
 	log.Warn("job came back unsettled; counted and published again", "redeliveries", n, "poison_after", w.poisonAfter)
@@ -649,7 +679,7 @@ func (w *Worker) republish(ctx context.Context, hold *actor.Actor[holdRequest], 
 	if err != nil {
 		return err
 	}
-	done := w.hooks.publishing(ctx, w.backend.Name(), op, &msg, delay, "")
+	done := w.publishHook(ctx, op, &msg, delay, "")
 	err = askHold(ctx, hold, msg, delay, kind)
 	done(err)
 	return err
@@ -763,7 +793,7 @@ func (w *Worker) deadLetter(ctx context.Context, log jobLog, d broker.Delivery, 
 	if w.onDeadLetter != nil {
 		w.onDeadLetter(ctx, DeadLetterEvent{Job: jc, Cause: why, Reason: reason, Err: cause})
 	}
-	done := w.hooks.publishing(ctx, w.backend.Name(), OpDeadLetter, &msg, 0, reason)
+	done := w.publishHook(ctx, OpDeadLetter, &msg, 0, reason)
 	err := w.backend.DeadLetter(ctx, broker.DeadLetter{Message: msg, Reason: reason})
 	done(err)
 	return w.republished(log, d, "dead letter", err, Outcome{Result: DeadLettered, Cause: why, Reason: reason, Err: cause})
