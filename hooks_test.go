@@ -216,6 +216,25 @@ func TestACountedCopyIsDueWhenTheOriginalWas(t *testing.T) {
 	}
 }
 
+// A dead-letter callback that panics is logged; the dead letter goes ahead.
+func TestAPanickingOnDeadLetterDoesNotStopTheDeadLetter(t *testing.T) {
+	logs := &logRecorder{}
+	opts := &clocktest.Options{Logger: slog.New(logs), Worker: queuey.WorkerConfig{
+		OnDeadLetter: func(context.Context, queuey.DeadLetterEvent) { panic("alerting is down") },
+	}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{plan{Name: "bad", Fatal: true}}))
+		h.Advance(time.Minute)
+		if dead := h.Backend.DeadLetters(qAlpha); len(dead) != 1 {
+			t.Errorf("dead letters: got %d, want 1", len(dead))
+		}
+		if lvl, ok := logs.levelOf("hook panicked; going on without it"); !ok || lvl != slog.LevelError {
+			t.Errorf("the callback's panic logged at %v (found %t), want an error", lvl, ok)
+		}
+	})
+}
+
 // A hook that panics is a bug in instrumentation: the worker logs it and
 // goes on without the hook, rather than dying with every delivery in
 // flight. The job's life is the same as without hooks.

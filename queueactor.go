@@ -791,7 +791,9 @@ func (w *Worker) acked(log jobLog, d broker.Delivery, out Outcome) Outcome {
 func (w *Worker) deadLetter(ctx context.Context, log jobLog, d broker.Delivery, msg broker.Message,
 	why DeadLetterCause, reason string, cause error, jc JobContext) Outcome {
 	if w.onDeadLetter != nil {
-		w.onDeadLetter(ctx, DeadLetterEvent{Job: jc, Cause: why, Reason: reason, Err: cause})
+		w.guardHook("OnDeadLetter", func() {
+			w.onDeadLetter(ctx, DeadLetterEvent{Job: jc, Cause: why, Reason: reason, Err: cause})
+		})
 	}
 	done := w.publishHook(ctx, OpDeadLetter, &msg, 0, reason)
 	err := w.backend.DeadLetter(ctx, broker.DeadLetter{Message: msg, Reason: reason})

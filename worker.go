@@ -46,7 +46,8 @@ type WorkerConfig struct {
 	Hooks *Hooks
 	// OnDeadLetter, when set, is called before each dead-letter publish,
 	// with why: a place to alert. It runs on the worker's goroutine that
-	// settles the job, so keep it quick.
+	// settles the job, so keep it quick. A panic in it is logged as an
+	// error; the dead letter goes ahead.
 	OnDeadLetter func(ctx context.Context, dl DeadLetterEvent)
 	// PoisonAfter dead-letters a job the broker has handed out this many
 	// times without it being settled: a job that crashes its worker
