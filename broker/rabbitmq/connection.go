@@ -108,11 +108,29 @@ func (a *connectionActor) Run(ctx context.Context) error {
 	lost := conn.NotifyClose(make(chan *amqp.Error, 1))
 	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
 	s := newSession(conn, b.opts.PublishChannels)
+	// The broker's block notifications are followed from the first moment,
+	// the topology's redeclaration included, so that what is sent during
+	// an alarm waits for the block to lift instead of going into a socket
+	// the broker does not read. amqp091 closes blocked when the connection
+	// shuts down, which ends this goroutine.
+	followed := make(chan struct{})
+	go func() {
+		defer close(followed)
+		for bl := range blocked {
+			s.setBlocked(bl)
+			if bl.Active {
+				log.Warn("rabbitmq blocked the connection (a resource alarm); publishes wait", "reason", bl.Reason)
+			} else {
+				log.Info("rabbitmq unblocked the connection")
+			}
+		}
+	}()
 
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		_ = conn.Close()
+		<-followed
 		return nil
 	}
 	l.conn = s
@@ -143,13 +161,6 @@ func (a *connectionActor) Run(ctx context.Context) error {
 			if ok && e != nil {
 				why = fmt.Errorf("%w: %s", ErrConnectionLost, e.Reason)
 			}
-		case bl := <-blocked:
-			s.setBlocked(bl)
-			if bl.Active {
-				log.Warn("rabbitmq blocked the connection (a resource alarm); publishes wait", "reason", bl.Reason)
-			} else {
-				log.Info("rabbitmq unblocked the connection")
-			}
 		}
 	}
 
@@ -167,10 +178,7 @@ func (a *connectionActor) Run(ctx context.Context) error {
 		_ = conn.CloseDeadline(time.Now().Add(closeTimeout))
 	}
 	s.waitAside()
-	go func() { // amqp091 closes these on shutdown; drain whatever is left
-		for range blocked {
-		}
-	}()
+	<-followed
 	if ctx.Err() != nil {
 		return nil
 	}
