@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -74,6 +75,18 @@ func (p plan) run(ctx context.Context, c clock.Clock, jc queuey.JobContext) erro
 		return fmt.Errorf("%s failed on attempt %d", p.Name, jc.Attempt)
 	}
 	return nil
+}
+
+// runUntilIdle runs w, inside a clocktest bubble, until everything in the
+// bubble waits, then stops it.
+func runUntilIdle(t *testing.T, w *queuey.Worker) {
+	t.Helper()
+	ctx, stop := context.WithCancel(t.Context())
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Run(ctx) }()
+	synctest.Wait()
+	stop()
+	must(t, <-stopped)
 }
 
 // handleAll registers the plan-driven handlers of the three queues.

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -190,12 +189,7 @@ func TestACountedCopyIsDueWhenTheOriginalWas(t *testing.T) {
 				must(t, err)
 				must(t, queuey.Handle(second, func(context.Context, betaJob, queuey.JobContext) error { return nil }))
 				copiedAt := h.Clock.Now()
-				ctx, stop := context.WithCancel(t.Context())
-				stopped := make(chan error, 1)
-				go func() { stopped <- second.Run(ctx) }()
-				synctest.Wait()
-				stop()
-				must(t, <-stopped)
+				runUntilIdle(t, second)
 
 				hl.mu.Lock()
 				defer hl.mu.Unlock()

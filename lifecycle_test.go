@@ -207,12 +207,7 @@ func TestAJobCutShortByAStopIsNotCountedAsACrash(t *testing.T) {
 			ran <- jc
 			return nil
 		}))
-		ctx, stop := context.WithCancel(t.Context())
-		stopped := make(chan error, 1)
-		go func() { stopped <- second.Run(ctx) }()
-		synctest.Wait()
-		stop()
-		must(t, <-stopped)
+		runUntilIdle(t, second)
 
 		if dl := h.Backend.DeadLetters(qAlpha); len(dl) != 0 {
 			t.Fatalf("dead letters: got %v, want none", dl)

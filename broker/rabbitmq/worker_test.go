@@ -399,27 +399,7 @@ func TestFaultAMemoryAlarmBlocksPublishesUntilTheirDeadline(t *testing.T) {
 	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
 		t.Fatal(err)
 	}
-	rabbitmqctl(t, "set_vm_memory_high_watermark", "0.000001")
-	restored := false
-	restore := func() {
-		if !restored {
-			rabbitmqctl(t, "set_vm_memory_high_watermark", "0.4")
-			restored = true
-		}
-	}
-	t.Cleanup(restore)
-	var err error
-	for range 50 { // the alarm reaches the connection within moments
-		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
-		err = b.Publish(ctx, broker.Message{Queue: q, ID: "blocked", Body: []byte("{}")})
-		cancel()
-		if err != nil {
-			break
-		}
-	}
-	if !errors.Is(err, rabbitmq.ErrBlocked) {
-		t.Fatalf("publish under a memory alarm: got %v, want ErrBlocked", err)
-	}
+	restore := blockPublishing(t, b, q)
 	restore()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -456,20 +436,7 @@ func TestFaultDeclaresDepthAndCloseDoNotWaitOutAnAlarm(t *testing.T) {
 	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
 		t.Fatal(err)
 	}
-	rabbitmqctl(t, "set_vm_memory_high_watermark", "0.000001")
-	t.Cleanup(func() { rabbitmqctl(t, "set_vm_memory_high_watermark", "0.4") })
-	var err error
-	for range 50 { // the alarm reaches the connection within moments
-		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
-		err = b.Publish(ctx, broker.Message{Queue: q, ID: "blocked", Body: []byte("{}")})
-		cancel()
-		if err != nil {
-			break
-		}
-	}
-	if !errors.Is(err, rabbitmq.ErrBlocked) {
-		t.Fatalf("publish under a memory alarm: got %v, want ErrBlocked", err)
-	}
+	blockPublishing(t, b, q)
 	within := func(what string, call func(ctx context.Context) error) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
@@ -503,4 +470,28 @@ func TestFaultDeclaresDepthAndCloseDoNotWaitOutAnAlarm(t *testing.T) {
 	case <-time.After(5 * time.Second): // 10 s before the close had a deadline
 		t.Fatal("Close did not return within 5 s while the broker blocked the connection")
 	}
+}
+
+// blockPublishing raises a memory alarm (the watermark so low that the
+// broker blocks every publisher) and publishes to q until b's publishing
+// connection is blocked: a publish ends with ErrBlocked. The alarm is
+// cleared by the func returned, or when the test ends.
+func blockPublishing(t *testing.T, b *rabbitmq.Backend, q string) (restore func()) {
+	t.Helper()
+	rabbitmqctl(t, "set_vm_memory_high_watermark", "0.000001")
+	restore = sync.OnceFunc(func() { rabbitmqctl(t, "set_vm_memory_high_watermark", "0.4") })
+	t.Cleanup(restore)
+	var err error
+	for range 50 { // the alarm reaches the connection within moments
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		err = b.Publish(ctx, broker.Message{Queue: q, ID: "blocked", Body: []byte("{}")})
+		cancel()
+		if err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, rabbitmq.ErrBlocked) {
+		t.Fatalf("publish under a memory alarm: got %v, want ErrBlocked", err)
+	}
+	return restore
 }
