@@ -81,7 +81,7 @@ type stored struct {
 	msg         broker.Message
 	seq         uint64
 	redelivered bool
-	expires     time.Time // landing + the queue's MessageTTL; zero: never
+	expires     int64 // landing + the queue's MessageTTL, Unix ns; 0: never
 }
 
 type held struct {
@@ -276,7 +276,7 @@ func (b *Backend) landLocked(q *queue, msg broker.Message) {
 	b.seq++
 	s := &stored{msg: msg, seq: b.seq}
 	if ttl := q.spec.MessageTTL; ttl > 0 {
-		s.expires = b.clock.Now().Add(ttl)
+		s.expires = b.clock.Now().Add(ttl).UnixNano()
 	}
 	lvl := q.level(msg.Priority)
 	q.levels[lvl] = append(q.levels[lvl], s)
@@ -291,10 +291,10 @@ func (b *Backend) expireLocked(q *queue) {
 	if q.spec.MessageTTL <= 0 {
 		return
 	}
-	now := b.clock.Now()
+	now := b.clock.Now().UnixNano()
 	for lvl, l := range q.levels {
 		n := 0
-		for n < len(l) && !now.Before(l[n].expires) {
+		for n < len(l) && l[n].expires <= now {
 			l[n] = nil
 			n++
 		}
