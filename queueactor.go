@@ -231,7 +231,7 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool,
 		cancelHandlers(errConsumerLost)
 		a.w.orphans.Go(running.Wait)
 	} else {
-		a.waitFor(ctx, &running, hardStop)
+		a.waitFor(ctx.Done(), doneWhen(running.Wait), hardStop)
 	}
 
 	resumeMu.Lock() // every handler has returned: no pause comes after this
@@ -268,27 +268,9 @@ func isSuspect(d broker.Delivery) bool {
 // is stopped meanwhile. It returns when to resume, if a handler paused
 // the queue. A worker that stops meanwhile starts nothing more, and
 // cancels what runs after ShutdownTimeout (hardStop).
-func (a *queueActor) isolate(ctx context.Context, hardStop context.CancelFunc, suspect broker.Delivery, leftovers []broker.Delivery) time.Time {
+func (a *queueActor) isolate(ctx context.Context, hardStop func(), suspect broker.Delivery, leftovers []broker.Delivery) time.Time {
 	var resume time.Time
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		resume = a.runIsolated(ctx, suspect, leftovers)
-	}()
-	select {
-	case <-done:
-		return resume
-	case <-a.stopping.Done():
-	}
-	timer := a.w.clock.Timer(a.w.shutdownTimeout)
-	defer timer.Stop()
-	select {
-	case <-done:
-	case <-timer.C:
-		a.w.log.Warn("shutdown timeout: cancelling running handlers", "queue", a.q.broker, "timeout", a.w.shutdownTimeout)
-		hardStop()
-		<-done
-	}
+	a.waitFor(nil, doneWhen(func() { resume = a.runIsolated(ctx, suspect, leftovers) }), hardStop)
 	return resume
 }
 
@@ -398,21 +380,27 @@ func pump(ctx context.Context, c broker.Consumer, mb *mailbox.Mailbox[broker.Del
 	}
 }
 
-// waitFor waits for the running handlers. A pause, or a suspect about to
-// run alone, lets them finish however long they take; once the worker
-// stops (or ctx ends), they have ShutdownTimeout from then, and then their
-// ctx is cancelled and they are waited for.
-func (a *queueActor) waitFor(ctx context.Context, running *sync.WaitGroup, hardStop context.CancelFunc) {
+// doneWhen runs wait on a goroutine of its own and returns a channel
+// closed when it returns.
+func doneWhen(wait func()) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
-		running.Wait()
-		close(done)
+		defer close(done)
+		wait()
 	}()
+	return done
+}
+
+// waitFor waits for done: handlers running to their end. A pause, or a
+// suspect about to run alone, lets them finish however long they take;
+// once the worker stops (a.stopping, or stop), they have ShutdownTimeout
+// from then, and then hardStop cancels their ctx and they are waited for.
+func (a *queueActor) waitFor(stop, done <-chan struct{}, hardStop func()) {
 	select {
 	case <-done:
 		return
 	case <-a.stopping.Done():
-	case <-ctx.Done():
+	case <-stop:
 	}
 	timer := a.w.clock.Timer(a.w.shutdownTimeout)
 	defer timer.Stop()
