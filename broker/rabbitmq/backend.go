@@ -103,7 +103,7 @@ func Dial(ctx context.Context, rawURL string, opts *Options) (*Backend, error) {
 // superviseLocked starts the supervised connection actor that keeps l
 // connected until Close; first, when set, is its first connection. The
 // caller holds b.mu, or has not shared b yet.
-func (b *Backend) superviseLocked(l *link, first *amqp.Connection) {
+func (b *Backend) superviseLocked(l *link, first *connection) {
 	sup := supervisor.New(supervisor.Spec{
 		Name:       "rabbitmq " + l.role,
 		Intensity:  math.MaxInt32, // a broker may be away for long; backoff paces the dials

@@ -20,8 +20,37 @@ import (
 // events, once each, rather than a line per redial.
 var quiet = slog.New(slog.DiscardHandler)
 
+// connection is an AMQP connection and the socket under it, which close
+// shuts itself when the broker does not answer in time.
+type connection struct {
+	*amqp.Connection
+	socket net.Conn
+}
+
+// close closes the connection, waiting at most closeTimeout for the
+// broker's answer, then closes its socket. A deadline on the close alone
+// would not do: amqp091 pushes the read deadline back at every frame that
+// comes in, and a broker that blocks the connection (a resource alarm)
+// leaves the close unanswered while its heartbeats go on.
+func (c *connection) close() {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.CloseDeadline(time.Now().Add(closeTimeout))
+	}()
+	timer := time.NewTimer(closeTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		_ = c.socket.Close() // its reader fails, and amqp091 shuts the connection down
+		<-done
+	}
+}
+
 // dial opens one connection named name, or says clearly why it could not.
-func (b *Backend) dial(ctx context.Context, name string) (*amqp.Connection, error) {
+func (b *Backend) dial(ctx context.Context, name string) (*connection, error) {
+	var socket net.Conn
 	cfg := amqp.Config{
 		Heartbeat:       b.opts.Heartbeat,
 		Locale:          "en_US",
@@ -41,12 +70,13 @@ func (b *Backend) dial(ctx context.Context, name string) (*amqp.Connection, erro
 				conn.Close()
 				return nil, err
 			}
+			socket = conn
 			return conn, nil
 		},
 	}
 	conn, err := amqp.DialConfig(b.url, cfg)
 	if err == nil {
-		return conn, nil
+		return &connection{Connection: conn, socket: socket}, nil
 	}
 	var amqpErr *amqp.Error
 	switch {
@@ -81,7 +111,7 @@ func scrub(err error, rawURL string) string {
 type connectionActor struct {
 	b       *Backend
 	link    *link
-	first   *amqp.Connection // from Dial, used by the first run
+	first   *connection // from Dial, used by the first run
 	dialed  bool             // a connection was up before: the next is a reconnect
 	lastErr string
 }
@@ -107,7 +137,7 @@ func (a *connectionActor) Run(ctx context.Context) error {
 	a.dialed, a.lastErr = true, ""
 	lost := conn.NotifyClose(make(chan *amqp.Error, 1))
 	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
-	s := newSession(conn, b.opts.PublishChannels)
+	s := newSession(conn.Connection, b.opts.PublishChannels)
 	// The broker's block notifications are followed from the first moment,
 	// the topology's redeclaration included, so that what is sent during
 	// an alarm waits for the block to lift instead of going into a socket
@@ -129,7 +159,7 @@ func (a *connectionActor) Run(ctx context.Context) error {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		_ = conn.Close()
+		conn.close()
 		<-followed
 		return nil
 	}
@@ -175,7 +205,7 @@ func (a *connectionActor) Run(ctx context.Context) error {
 		// A connection the broker blocks (a resource alarm) is not read:
 		// the broker's answer to the close would come when the alarm
 		// clears. Closing the connection shuts its channels down too.
-		_ = conn.CloseDeadline(time.Now().Add(closeTimeout))
+		conn.close()
 	}
 	s.waitAside()
 	<-followed
