@@ -361,22 +361,40 @@ func (w *Worker) setAside(ctx context.Context, q *queueConfig, d broker.Delivery
 // is closed first). It closes the mailbox when it returns.
 func pump(ctx context.Context, c broker.Consumer, mb *mailbox.Mailbox[broker.Delivery], lost chan<- struct{}) (held broker.Delivery, why error) {
 	defer mb.Close()
+	deliveries := c.Deliveries()
 	for {
-		select {
-		case <-ctx.Done():
+		d, ok, stopped := receive(ctx, deliveries)
+		if stopped {
 			return nil, nil
-		case d, ok := <-c.Deliveries():
-			if !ok {
-				// The broker took back what was not settled: the buffered
-				// deliveries are stale, so they are not started.
-				close(lost)
-				mb.Drain()
-				return nil, fmt.Errorf("%w: %w", errConsumerLost, cmp.Or(c.Err(), broker.ErrClosed))
-			}
-			if err := mb.Put(ctx, d); err != nil {
-				return d, nil
-			}
 		}
+		if !ok {
+			// The broker took back what was not settled: the buffered
+			// deliveries are stale, so they are not started.
+			close(lost)
+			mb.Drain()
+			return nil, fmt.Errorf("%w: %w", errConsumerLost, cmp.Or(c.Err(), broker.ErrClosed))
+		}
+		if err := mb.Put(ctx, d); err != nil {
+			return d, nil // ctx ended: Put refuses what comes after
+		}
+	}
+}
+
+// receive takes the next delivery from ch (ok false once ch is closed), or
+// reports that ctx ended first (stopped). A delivery already there is
+// taken at once, without locking ctx's channel too, as waiting on both
+// would.
+func receive(ctx context.Context, ch <-chan broker.Delivery) (d broker.Delivery, ok, stopped bool) {
+	select {
+	case d, ok = <-ch:
+		return d, ok, false
+	default:
+	}
+	select {
+	case <-ctx.Done():
+		return nil, false, true
+	case d, ok = <-ch:
+		return d, ok, false
 	}
 }
 

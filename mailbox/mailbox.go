@@ -69,6 +69,13 @@ func (m *Mailbox[T]) put(ctx context.Context, lane chan T, v T) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	// With room in the lane, a send that waits on nothing else locks
+	// only the lane, not ctx's and the mailbox's channels as well.
+	select {
+	case lane <- v:
+		return nil
+	default:
+	}
 	select {
 	case lane <- v:
 		return nil
