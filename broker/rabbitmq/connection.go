@@ -112,7 +112,7 @@ type connectionActor struct {
 	b       *Backend
 	link    *link
 	first   *connection // from Dial, used by the first run
-	dialed  bool             // a connection was up before: the next is a reconnect
+	dialed  bool        // a connection was up before: the next is a reconnect
 	lastErr string
 }
 
