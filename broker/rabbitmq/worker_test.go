@@ -388,17 +388,7 @@ func TestAMalformedBodyIsDeadLetteredVerbatim(t *testing.T) {
 // memory watermark so low that it blocks every publisher, which would
 // disturb other tests: it runs only with QUEUEY_FAULTS=1.
 func TestFaultAMemoryAlarmBlocksPublishesUntilTheirDeadline(t *testing.T) {
-	if os.Getenv("QUEUEY_FAULTS") != "1" {
-		t.Skip("raises a broker-wide alarm; make test runs it alone with QUEUEY_FAULTS=1")
-	}
-	prefix := unique("alarm")
-	t.Cleanup(func() { deletePrefixed(t, prefix) })
-	b := rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
-	defer b.Close()
-	q := prefix + ".work"
-	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
-		t.Fatal(err)
-	}
+	b, q := alarmRig(t, "alarm")
 	restore := blockPublishing(t, b, q)
 	restore()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -426,16 +416,7 @@ func TestWorkerSuite(t *testing.T) {
 // backend does not wait. It raises a broker-wide alarm: QUEUEY_FAULTS=1
 // only.
 func TestFaultDeclaresDepthAndCloseDoNotWaitOutAnAlarm(t *testing.T) {
-	if os.Getenv("QUEUEY_FAULTS") != "1" {
-		t.Skip("raises a broker-wide alarm; make test runs it alone with QUEUEY_FAULTS=1")
-	}
-	prefix := unique("alarmclose")
-	t.Cleanup(func() { deletePrefixed(t, prefix) })
-	b := rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
-	q := prefix + ".work"
-	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
-		t.Fatal(err)
-	}
+	b, q := alarmRig(t, "alarmclose")
 	blockPublishing(t, b, q)
 	within := func(what string, call func(ctx context.Context) error) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
@@ -467,9 +448,29 @@ func TestFaultDeclaresDepthAndCloseDoNotWaitOutAnAlarm(t *testing.T) {
 			t.Errorf("Close: %v", err)
 		}
 		t.Logf("Close returned after %v under the alarm", time.Since(start).Round(time.Millisecond))
-	case <-time.After(5 * time.Second): // 10 s before the close had a deadline
+	case <-time.After(5 * time.Second): // 10 s with no deadline; over 5 s with one the heartbeats pushed back
 		t.Fatal("Close did not return within 5 s while the broker blocked the connection")
 	}
+}
+
+// alarmRig is a backend and a declared work queue for a test that raises
+// a broker-wide alarm, which would disturb other tests: it skips unless
+// QUEUEY_FAULTS=1. The backend is closed, and the queues deleted, when the
+// test ends.
+func alarmRig(t *testing.T, name string) (*rabbitmq.Backend, string) {
+	t.Helper()
+	if os.Getenv("QUEUEY_FAULTS") != "1" {
+		t.Skip("raises a broker-wide alarm; make test runs it alone with QUEUEY_FAULTS=1")
+	}
+	prefix := unique(name)
+	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	b := rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { b.Close() })
+	q := prefix + ".work"
+	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	return b, q
 }
 
 // blockPublishing raises a memory alarm (the watermark so low that the
