@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -308,5 +309,42 @@ func FuzzDecodeEnvelopeFieldsMatchReference(f *testing.F) {
 		}
 		b.WriteString(sp + "}" + sp)
 		checkDecodeMatchesReference(t, []byte(b.String()))
+	})
+}
+
+// uuidPattern is isUUID's definition, as a regular expression.
+var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+func TestIsUUIDMatchesItsDefinition(t *testing.T) {
+	const id = "0f8fad5b-d9cb-469f-a165-70867728950e"
+	cases := []string{
+		id, strings.ToUpper(id), "00000000-0000-0000-0000-000000000000", "ffffffff-FFFF-ffff-FFFF-ffffffffffff",
+		"", id[:35], id + "0", "0f8fad5bd9cb-469f-a165-70867728950e-",
+		"0f8fad5b-d9cb-469f-a165-7086-7728950e", // a hyphen where a digit goes
+		"0f8fad5b-d9cb-469f-a165-70867728950g", "0f8fad5b-d9cb-469f-a165-70867728950\x00",
+		"0f8fad5b_d9cb_469f_a165_70867728950e", "{f8fad5b-d9cb-469f-a165-70867728950}",
+		"0f8fad5b-d9cb-469f-a165-70867728950é"[:36],
+	}
+	for i := range 36 { // every position, with each byte that is close to a digit
+		for _, c := range []byte{'-', '/', ':', '@', 'G', '`', 'g', 0x80, 0xff} {
+			b := []byte(id)
+			b[i] = c
+			cases = append(cases, string(b))
+		}
+	}
+	for _, s := range cases {
+		if got, want := isUUID(s), uuidPattern.MatchString(s); got != want {
+			t.Errorf("isUUID(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+func FuzzIsUUIDMatchesItsDefinition(f *testing.F) {
+	f.Add("0f8fad5b-d9cb-469f-a165-70867728950e")
+	f.Add("0f8fad5b-d9cb-469f-a165-7086-7728950e")
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := isUUID(s), uuidPattern.MatchString(s); got != want {
+			t.Errorf("isUUID(%q) = %v, want %v", s, got, want)
+		}
 	})
 }
