@@ -17,6 +17,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -356,6 +357,40 @@ func TestALateHoldPublishOutlivesItsQueuesExpiry(t *testing.T) {
 	}
 }
 
+// TestCloseDoesNotWaitForAnAnswerThatNeverComes: Close asks the broker to
+// close the connection and waits for its answer a few seconds at most,
+// even while the broker's heartbeats keep coming. amqp091 pushes its read
+// deadline back at each of them, so a deadline on the close alone fires
+// only when amqp091 next writes a heartbeat of its own, up to a heartbeat
+// interval later (a minute here).
+func TestCloseDoesNotWaitForAnAnswerThatNeverComes(t *testing.T) {
+	proxy := newProxy(t, "127.0.0.1:5672")
+	b, err := rabbitmq.Dial(t.Context(), "amqp://guest:guest@"+proxy.addr+"/",
+		&rabbitmq.Options{Heartbeat: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	prefix := unique("close-muted")
+	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	if err := b.Declare(t.Context(), broker.QueueSpec{Name: prefix + ".work", Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	proxy.mute()
+	closed := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(closed)
+		b.Close()
+	}()
+	select {
+	case <-closed:
+		t.Logf("Close returned after %v", time.Since(start).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return within 10 s of a broker that sends heartbeats and never answers")
+	}
+}
+
 // throughProxy dials the broker through a proxy that a test can cut, with
 // quick reconnects, and declares a work queue of a unique name; the queue
 // is deleted and the backend closed when the test ends.
@@ -392,6 +427,7 @@ type proxy struct {
 	sent   int64         // bytes gone to the broker since cutAfter
 	cutNow chan struct{} // closed at the cut
 	gate   chan struct{} // while stalled: closed when the stall ends
+	muted  atomic.Bool   // see mute
 }
 
 // stall holds every byte on its way to the broker, as a congested network
@@ -407,6 +443,54 @@ func (p *proxy) stall() (release func()) {
 		p.mu.Unlock()
 		close(gate)
 	})
+}
+
+// heartbeatFrame is an AMQP heartbeat: type 8, channel 0, no payload,
+// the frame end.
+var heartbeatFrame = []byte{8, 0, 0, 0, 0, 0, 0, 0xCE}
+
+// mute turns the broker into one that never answers but stays alive: bytes
+// to the broker are held (stall), the broker's own never reach the client
+// again, and the proxy sends the client a heartbeat every 50ms instead,
+// until the test ends. A broker that blocks a connection (a resource
+// alarm) behaves so towards a close: it sends heartbeats and no close-ok.
+// Call it while the connection is idle, so that no frame of the broker's
+// is cut in half.
+func (p *proxy) mute() {
+	release := p.stall()
+	p.muted.Store(true)
+	stop := make(chan struct{})
+	p.t.Cleanup(func() { close(stop); release() })
+	p.wg.Go(func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			p.mu.Lock()
+			conns := p.conns // client, broker pairs
+			p.mu.Unlock()
+			for i := 0; i < len(conns); i += 2 {
+				_, _ = conns[i].Write(heartbeatFrame)
+			}
+		}
+	})
+}
+
+// toClient forwards the broker's bytes to the client until mute.
+type toClient struct {
+	p *proxy
+	w io.Writer
+}
+
+func (t toClient) Write(b []byte) (int, error) {
+	if t.p.muted.Load() {
+		return len(b), nil // dropped
+	}
+	return t.w.Write(b)
 }
 
 // cutAfter cuts the proxy (as down does) once n more bytes have gone to the
@@ -480,7 +564,7 @@ func (p *proxy) serve(l net.Listener) {
 			p.conns = append(p.conns, c, up)
 			p.mu.Unlock()
 			p.wg.Go(func() { _, _ = io.Copy(toBroker{p, up}, c); up.Close() })
-			p.wg.Go(func() { _, _ = io.Copy(c, up); c.Close() })
+			p.wg.Go(func() { _, _ = io.Copy(toClient{p, c}, up); c.Close() })
 		}
 	})
 }
