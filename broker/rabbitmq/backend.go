@@ -351,7 +351,7 @@ func (b *Backend) Consume(ctx context.Context, queue string, prefetch int) (brok
 	if err != nil {
 		return nil, err
 	}
-	return s.consume(queue, prefetch)
+	return s.consume(ctx, queue, prefetch)
 }
 
 // Close stops reconnecting, closes the connections (which ends every

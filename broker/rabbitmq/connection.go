@@ -137,7 +137,7 @@ func (a *connectionActor) Run(ctx context.Context) error {
 	a.dialed, a.lastErr = true, ""
 	lost := conn.NotifyClose(make(chan *amqp.Error, 1))
 	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
-	s := newSession(conn.Connection, b.opts.PublishChannels)
+	s := newSession(conn, b.opts.PublishChannels)
 	// The broker's block notifications are followed from the first moment,
 	// the topology's redeclaration included, so that what is sent during
 	// an alarm waits for the block to lift instead of going into a socket
@@ -218,9 +218,10 @@ func (a *connectionActor) Run(ctx context.Context) error {
 
 // session is one live connection with its channels.
 type session struct {
-	conn *amqp.Connection
-	pubs []*publisher
-	next atomic.Uint64
+	conn   *amqp.Connection
+	socket net.Conn // under conn; closed to give the connection up (guard)
+	pubs   []*publisher
+	next   atomic.Uint64
 
 	pubMu         sync.Mutex // guards pubs' reopening
 	declMu        sync.Mutex // one declare at a time on declCh
@@ -266,8 +267,8 @@ func (s *session) waitAside() {
 	s.aside.Wait()
 }
 
-func newSession(conn *amqp.Connection, pubs int) *session {
-	return &session{conn: conn, pubs: make([]*publisher, pubs), unblocked: closedChan()}
+func newSession(conn *connection, pubs int) *session {
+	return &session{conn: conn.Connection, socket: conn.socket, pubs: make([]*publisher, pubs), unblocked: closedChan()}
 }
 
 func closedChan() chan struct{} {
@@ -315,6 +316,55 @@ func (s *session) waitUnblocked(ctx context.Context) error {
 // is closed.
 const closeTimeout = 2 * time.Second
 
+// stuckGrace is how long an amqp091 call that takes no ctx may go on after
+// its caller's ctx has ended before guard gives the connection up.
+const stuckGrace = 2 * time.Second
+
+// guard runs call, an amqp091 call that takes no ctx: a write (a publish)
+// or a request with its answer (a channel open, a declare). A broker that
+// stops reading a connection while keeping it alive (it blocked it during
+// a resource alarm that began after waitUnblocked, or it hangs) would hold
+// such a call, and its caller, for as long as that lasts, whatever ctx
+// says. If call is still running stuckGrace after ctx ends, the connection
+// is given up: its socket is closed, which ends call with an error and
+// every other call on the connection with ErrConnectionLost (publishes in
+// flight go again on the next connection, which the backend dials), and
+// guard reports ctx's error. A request abandoned halfway cannot be taken
+// back on its channel anyway: amqp091 would pair its late answer with the
+// channel's next request.
+// op and name say what call does, for the error ("publish to" and the
+// queue); they are put together only for it.
+func (s *session) guard(ctx context.Context, op, name string, call func() error) error {
+	if ctx.Done() == nil {
+		return call()
+	}
+	done := make(chan struct{})
+	var gaveUp atomic.Bool
+	stop := context.AfterFunc(ctx, func() {
+		timer := time.NewTimer(stuckGrace)
+		defer timer.Stop()
+		select {
+		case <-done:
+		case <-timer.C:
+			gaveUp.Store(true)
+			if s.socket != nil {
+				_ = s.socket.Close()
+			}
+		}
+	})
+	err := call()
+	close(done) // ends the watch, if it started
+	stop()
+	if gaveUp.Load() {
+		if name != "" {
+			op += fmt.Sprintf(" %q", name)
+		}
+		return fmt.Errorf("rabbitmq: %s: still waiting on the broker %v after the caller's ctx ended (it does not read the connection, which is given up and reopened): %w",
+			op, stuckGrace, ctx.Err())
+	}
+	return err
+}
+
 // close records why the session ends before its connection is closed
 // (which shuts its channels down): backendClosed says the backend is
 // closing (else the connection was lost), which is what its consumers
@@ -327,18 +377,30 @@ func (s *session) close(backendClosed bool) {
 
 // publisher returns a live confirm channel from the pool, opening it if it
 // is new or was closed by a channel error.
-func (s *session) publisher() (*publisher, error) {
+func (s *session) publisher(ctx context.Context) (*publisher, error) {
 	i := int(s.next.Add(1) % uint64(len(s.pubs)))
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
 	if p := s.pubs[i]; p != nil && !p.isDead() {
 		return p, nil
 	}
-	p, err := newPublisher(s.conn)
+	p, err := s.openPublisher(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.pubs[i] = p
+	return p, nil
+}
+
+// openPublisher opens a confirm channel (guard).
+func (s *session) openPublisher(ctx context.Context) (p *publisher, err error) {
+	err = s.guard(ctx, "open a publishing channel", "", func() error {
+		p, err = newPublisher(s)
+		return err
+	})
 	if err != nil {
 		return nil, lostOr(err)
 	}
-	s.pubs[i] = p
 	return p, nil
 }
 
@@ -346,7 +408,7 @@ func (s *session) publish(ctx context.Context, queue string, pub amqp.Publishing
 	if err := s.waitUnblocked(ctx); err != nil {
 		return err
 	}
-	p, err := s.publisher()
+	p, err := s.publisher(ctx)
 	if err != nil {
 		return err
 	}
@@ -387,9 +449,9 @@ func (a *privatePublisher) publish(ctx context.Context, queue string, pub amqp.P
 		return err
 	}
 	if a.p == nil {
-		p, err := newPublisher(a.s.conn)
+		p, err := a.s.openPublisher(ctx)
 		if err != nil {
-			return lostOr(err)
+			return err
 		}
 		a.p = p
 	}
@@ -438,7 +500,7 @@ const batchWindow = 256
 // the pool (a privatePublisher), so that only the refused one fails (the
 // others the broker had taken before the refusal arrive twice).
 func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo []int, settled func(i int, err error)) (lost []int) {
-	p, err := s.publisher()
+	p, err := s.publisher(ctx)
 	if err != nil {
 		if errors.Is(err, ErrConnectionLost) {
 			return todo
@@ -480,7 +542,7 @@ func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo 
 			}
 			break
 		}
-		confirmed, err := p.send(msgs[i].Queue, publishing(msgs[i], nil))
+		confirmed, err := p.send(ctx, msgs[i].Queue, publishing(msgs[i], nil))
 		if errors.Is(err, ErrConnectionLost) {
 			lost = append(lost, todo[k:]...)
 			break
@@ -521,14 +583,17 @@ func (s *session) declare(ctx context.Context, name string, durable bool, args a
 	}
 	s.declMu.Lock()
 	defer s.declMu.Unlock()
-	if s.declCh == nil || s.declCh.IsClosed() {
-		ch, err := s.conn.Channel()
-		if err != nil {
-			return lostOr(err)
+	err := s.guard(ctx, "declare", name, func() error {
+		if s.declCh == nil || s.declCh.IsClosed() {
+			ch, err := s.conn.Channel()
+			if err != nil {
+				return err
+			}
+			s.declCh = ch
 		}
-		s.declCh = ch
-	}
-	_, err := s.declCh.QueueDeclare(name, durable, false, false, false, args)
+		_, err := s.declCh.QueueDeclare(name, durable, false, false, false, args)
+		return err
+	})
 	var amqpErr *amqp.Error
 	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.PreconditionFailed {
 		return fmt.Errorf("%w: queue %q exists with other arguments than %v (%s); "+
@@ -548,12 +613,16 @@ func (s *session) depth(ctx context.Context, queue string) (int, error) {
 	if err := s.waitUnblocked(ctx); err != nil {
 		return 0, err
 	}
-	ch, err := s.conn.Channel()
-	if err != nil {
-		return 0, lostOr(err)
-	}
-	defer ch.Close()
-	q, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+	var q amqp.Queue
+	err := s.guard(ctx, "depth of", queue, func() error {
+		ch, err := s.conn.Channel()
+		if err != nil {
+			return err
+		}
+		defer ch.Close()
+		q, err = ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+		return err
+	})
 	var amqpErr *amqp.Error
 	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound {
 		return 0, fmt.Errorf("%w: depth of %q", broker.ErrNoQueue, queue)
@@ -579,6 +648,9 @@ func (s *session) declareAll(ctx context.Context, specs []broker.QueueSpec) erro
 // lostOr reports a closed connection or channel as ErrConnectionLost and
 // anything else as it is.
 func lostOr(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return err // guard gave the connection up: the caller's ctx ended first
+	}
 	var amqpErr *amqp.Error
 	var opErr *net.OpError
 	// Every channel id of the connection taken (the broker's channel_max

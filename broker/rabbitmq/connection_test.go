@@ -391,6 +391,73 @@ func TestCloseDoesNotWaitForAnAnswerThatNeverComes(t *testing.T) {
 	}
 }
 
+// TestCallsTheBrokerDoesNotTakeEndSoonAfterTheirCtx: a broker that stops
+// reading a connection while keeping it alive (heartbeats go on) holds a
+// publish in its socket write, and a declare or a depth query waiting for
+// an answer; amqp091 takes no ctx for them. Each returns with its ctx's
+// error a couple of seconds after the ctx ends, the connection is given
+// up, and once the broker reads again the backend publishes as before.
+func TestCallsTheBrokerDoesNotTakeEndSoonAfterTheirCtx(t *testing.T) {
+	calls := []struct {
+		name string
+		call func(ctx context.Context, b *rabbitmq.Backend, queue string) error
+	}{
+		{"publish", func(ctx context.Context, b *rabbitmq.Backend, queue string) error {
+			// Big enough to fill the socket's buffers, so that the write
+			// itself waits.
+			body := []byte(`"` + strings.Repeat("x", 16<<20) + `"`)
+			return b.Publish(ctx, broker.Message{Queue: queue, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: body})
+		}},
+		{"declare", func(ctx context.Context, b *rabbitmq.Backend, queue string) error {
+			return b.Declare(ctx, broker.QueueSpec{Name: queue + "2", Durable: true})
+		}},
+		{"depth", func(ctx context.Context, b *rabbitmq.Backend, queue string) error {
+			_, err := b.Depth(ctx, queue)
+			return err
+		}},
+	}
+	for _, c := range calls {
+		t.Run(c.name, func(t *testing.T) {
+			proxy, b, queue := throughProxy(t, "stuck-"+c.name)
+			// Every channel of the publishing pool open, so that the publish
+			// waits in its write rather than in a channel's opening.
+			for range 8 {
+				msg := broker.Message{Queue: queue, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
+				if err := b.Publish(t.Context(), msg); err != nil {
+					t.Fatal(err)
+				}
+			}
+			unmute := proxy.mute()
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			defer cancel()
+			start := time.Now()
+			done := make(chan error, 1)
+			go func() { done <- c.call(ctx, b, queue) }()
+			select {
+			case err := <-done:
+				took := time.Since(start)
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("%s returned %v, want an error that wraps context.DeadlineExceeded", c.name, err)
+				}
+				t.Logf("%s returned after %v: %v", c.name, took.Round(time.Millisecond), err)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s with a 1 s ctx had not returned after 10 s", c.name)
+			}
+
+			unmute()
+			msg := broker.Message{Queue: queue, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
+			if err := b.Publish(t.Context(), msg); err != nil {
+				t.Fatalf("publish once the broker reads again: %v", err)
+			}
+			// The 8 from before, the one after, and the stalled publish's
+			// if the broker took it whole before the connection was given up.
+			if n, err := b.Depth(t.Context(), queue); err != nil || n < 9 {
+				t.Fatalf("Depth = %d, %v; want at least 9 messages", n, err)
+			}
+		})
+	}
+}
+
 // throughProxy dials the broker through a proxy that a test can cut, with
 // quick reconnects, and declares a work queue of a unique name; the queue
 // is deleted and the backend closed when the test ends.
@@ -450,18 +517,19 @@ func (p *proxy) stall() (release func()) {
 var heartbeatFrame = []byte{8, 0, 0, 0, 0, 0, 0, 0xCE}
 
 // mute turns the broker into one that never answers but stays alive: bytes
-// to the broker are held (stall), the broker's own never reach the client
-// again, and the proxy sends the client a heartbeat every 50ms instead,
-// until the test ends. A broker that blocks a connection (a resource
-// alarm) behaves so towards a close: it sends heartbeats and no close-ok.
-// Call it while the connection is idle, so that no frame of the broker's
-// is cut in half.
-func (p *proxy) mute() {
+// to the broker are held (stall), the broker's own never reach the client,
+// and the proxy sends the client a heartbeat every 50ms instead, until
+// unmute (or the end of the test). A broker that blocks a connection (a
+// resource alarm) behaves so: it sends heartbeats, reads nothing and
+// answers nothing. Call it while the connection is idle, so that no frame
+// of the broker's is cut in half. unmute cuts the connections, which the
+// client then dials again through a proxy that forwards as before.
+func (p *proxy) mute() (unmute func()) {
 	release := p.stall()
 	p.muted.Store(true)
 	stop := make(chan struct{})
-	p.t.Cleanup(func() { close(stop); release() })
-	p.wg.Go(func() {
+	var injecting sync.WaitGroup
+	injecting.Go(func() {
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -478,6 +546,16 @@ func (p *proxy) mute() {
 			}
 		}
 	})
+	unmute = sync.OnceFunc(func() {
+		close(stop)
+		injecting.Wait()
+		p.down()
+		p.muted.Store(false)
+		release()
+		p.up()
+	})
+	p.t.Cleanup(unmute)
+	return unmute
 }
 
 // toClient forwards the broker's bytes to the client until mute.

@@ -35,19 +35,27 @@ type consumer struct {
 	err       error // set before ended is closed
 }
 
-func (s *session) consume(queue string, prefetch int) (broker.Consumer, error) {
-	ch, err := s.conn.Channel()
-	if err != nil {
-		return nil, lostOr(err)
-	}
-	if err := ch.Qos(prefetch, 0, false); err != nil {
-		_ = ch.Close()
-		return nil, lostOr(err)
-	}
+func (s *session) consume(ctx context.Context, queue string, prefetch int) (broker.Consumer, error) {
+	var ch *amqp.Channel
+	var deliveries <-chan amqp.Delivery
 	tag := consumerTag(queue)
-	deliveries, err := ch.Consume(queue, tag, false, false, false, false, nil)
+	err := s.guard(ctx, "consume", queue, func() (err error) {
+		if ch, err = s.conn.Channel(); err != nil {
+			return err
+		}
+		if err = ch.Qos(prefetch, 0, false); err == nil {
+			deliveries, err = ch.Consume(queue, tag, false, false, false, false, nil)
+		}
+		if err != nil {
+			_ = ch.Close()
+			ch = nil
+		}
+		return err
+	})
 	if err != nil {
-		_ = ch.Close()
+		if ch != nil { // it got through, just as guard gave the connection up
+			_ = ch.Close()
+		}
 		var amqpErr *amqp.Error
 		if errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound {
 			return nil, fmt.Errorf("%w: consume %q: %s", broker.ErrNoQueue, queue, amqpErr.Reason)

@@ -14,7 +14,10 @@
 // For each, a connection actor run by a supervisor dials it, drains its
 // notifications and, when it is lost, dials again with jittered, capped
 // backoff (the publishing one also redeclares the topology); calls made
-// meanwhile wait for it, bounded by their ctx. It does not use amqp091's
+// meanwhile wait for it, bounded by their ctx. A call amqp091 gives no ctx
+// (a publish's write, a declare and its answer) that still waits on the
+// broker 2 s after its caller's ctx ended gives the connection up: it
+// returns ctx's error and the actor dials again. It does not use amqp091's
 // own recovery.
 // Publishes go through a pool of confirm-mode channels, each with many
 // outstanding publishes; a returned message is paired with its publish by

@@ -50,7 +50,7 @@ func TestAConsumerOfALostConnectionDoesNotSayTheBackendIsClosed(t *testing.T) {
 		{false, ErrConnectionLost},
 		{true, broker.ErrClosed},
 	} {
-		s := newSession(nil, 1)
+		s := newSession(&connection{}, 1)
 		s.close(c.backendClosed)
 		closed := make(chan *amqp.Error) // nothing read from the broker yet
 		if got := (&consumer{queue: "q"}).why(closed, s); !errors.Is(got, c.want) {

@@ -22,6 +22,7 @@ import (
 // either side settles a publish, its return (if any) is recorded under its
 // message id.
 type publisher struct {
+	s         *session
 	ch        *amqp.Channel
 	dead      chan struct{} // closed when the channel is gone
 	closing   chan *amqp.Error
@@ -39,8 +40,8 @@ type pendingPublish struct {
 	done chan error
 }
 
-func newPublisher(conn *amqp.Connection) (*publisher, error) {
-	ch, err := conn.Channel()
+func newPublisher(s *session) (*publisher, error) {
+	ch, err := s.conn.Channel()
 	if err != nil {
 		return nil, err
 	}
@@ -49,6 +50,7 @@ func newPublisher(conn *amqp.Connection) (*publisher, error) {
 		return nil, err
 	}
 	p := &publisher{
+		s:        s,
 		ch:       ch,
 		dead:     make(chan struct{}),
 		pending:  map[uint64]*pendingPublish{},
@@ -163,7 +165,7 @@ func (p *publisher) publish(ctx context.Context, queue string, pub amqp.Publishi
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	confirmed, err := p.send(queue, pub)
+	confirmed, err := p.send(ctx, queue, pub)
 	if err != nil {
 		return err
 	}
@@ -171,9 +173,14 @@ func (p *publisher) publish(ctx context.Context, queue string, pub amqp.Publishi
 }
 
 // send sends pub to queue through the default exchange, mandatory, and
-// returns where its outcome will come (see wait).
-func (p *publisher) send(queue string, pub amqp.Publishing) (confirmed <-chan error, _ error) {
-	dc, err := p.ch.PublishWithDeferredConfirm("", queue, true, false, pub)
+// returns where its outcome will come (see wait). A write the broker does
+// not take ends soon after ctx does (session.guard).
+func (p *publisher) send(ctx context.Context, queue string, pub amqp.Publishing) (confirmed <-chan error, _ error) {
+	var dc *amqp.DeferredConfirmation
+	err := p.s.guard(ctx, "publish to", queue, func() (err error) {
+		dc, err = p.ch.PublishWithDeferredConfirm("", queue, true, false, pub)
+		return err
+	})
 	if err != nil {
 		return nil, lostOr(err)
 	}
