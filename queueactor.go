@@ -568,7 +568,9 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 			// published again unchanged and acked, so that PoisonAfter does
 			// not count it (requeued, it would come back redelivered).
 			log.Warn("job interrupted by the worker's stop; publishing it again", "error", err)
-			w.setAside(context.WithoutCancel(ctx), q, d)
+			asideCtx, cancel := w.clock.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+			w.setAside(asideCtx, q, d)
+			cancel()
 			return Outcome{Result: Requeued, Err: err, Ran: true, HandlerDuration: ran}
 		}
 		log.Warn("job interrupted (the worker is stopping or its delivery was lost); returning it to the queue", "error", err)

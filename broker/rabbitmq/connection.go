@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,7 +25,21 @@ var quiet = slog.New(slog.DiscardHandler)
 // shuts itself when the broker does not answer in time.
 type connection struct {
 	*amqp.Connection
-	socket net.Conn
+	socket *countedConn
+}
+
+// countedConn is the socket under a connection (the TCP connection, under
+// TLS when there is TLS), counting the bytes written to it: guard tells by
+// it a write that goes slowly from one that has stopped.
+type countedConn struct {
+	net.Conn
+	written atomic.Int64
+}
+
+func (c *countedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.written.Add(int64(n))
+	return n, err
 }
 
 // close closes the connection, waiting at most closeTimeout for the
@@ -50,7 +65,7 @@ func (c *connection) close() {
 
 // dial opens one connection named name, or says clearly why it could not.
 func (b *Backend) dial(ctx context.Context, name string) (*connection, error) {
-	var socket net.Conn
+	var socket *countedConn
 	cfg := amqp.Config{
 		Heartbeat:       b.opts.Heartbeat,
 		Locale:          "en_US",
@@ -70,8 +85,8 @@ func (b *Backend) dial(ctx context.Context, name string) (*connection, error) {
 				conn.Close()
 				return nil, err
 			}
-			socket = conn
-			return conn, nil
+			socket = &countedConn{Conn: conn}
+			return socket, nil
 		},
 	}
 	conn, err := amqp.DialConfig(b.url, cfg)
@@ -137,7 +152,7 @@ func (a *connectionActor) Run(ctx context.Context) error {
 	a.dialed, a.lastErr = true, ""
 	lost := conn.NotifyClose(make(chan *amqp.Error, 1))
 	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
-	s := newSession(conn, b.opts.PublishChannels)
+	s := newSession(conn, b.opts.PublishChannels, log)
 	// The broker's block notifications are followed from the first moment,
 	// the topology's redeclaration included, so that what is sent during
 	// an alarm waits for the block to lift instead of going into a socket
@@ -219,12 +234,15 @@ func (a *connectionActor) Run(ctx context.Context) error {
 // session is one live connection with its channels.
 type session struct {
 	conn   *amqp.Connection
-	socket net.Conn // under conn; closed to give the connection up (guard)
-	pubs   []*publisher
+	socket *countedConn // under conn; closed to give the connection up (guard)
+	log    *slog.Logger
+	pubs   []atomic.Pointer[publisher]
 	next   atomic.Uint64
 
-	pubMu         sync.Mutex // guards pubs' reopening
-	declMu        sync.Mutex // one declare at a time on declCh
+	// Semaphores rather than mutexes, so that a caller waits for its turn
+	// no longer than its ctx allows, whoever holds it.
+	opening       chan struct{} // one pool channel opened at a time
+	declSem       chan struct{} // one declare at a time on declCh, which it guards
 	declCh        *amqp.Channel
 	closeMu       sync.Mutex
 	backendClosed bool // closed because the backend is, not because the connection was lost
@@ -267,8 +285,23 @@ func (s *session) waitAside() {
 	s.aside.Wait()
 }
 
-func newSession(conn *connection, pubs int) *session {
-	return &session{conn: conn.Connection, socket: conn.socket, pubs: make([]*publisher, pubs), unblocked: closedChan()}
+func newSession(conn *connection, pubs int, log *slog.Logger) *session {
+	return &session{
+		conn: conn.Connection, socket: conn.socket, log: log,
+		pubs:    make([]atomic.Pointer[publisher], pubs),
+		opening: make(chan struct{}, 1), declSem: make(chan struct{}, 1),
+		unblocked: closedChan(),
+	}
+}
+
+// acquire takes sem, or gives up when ctx ends first.
+func acquire(ctx context.Context, sem chan struct{}, what string) error {
+	select {
+	case sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("rabbitmq: waiting to %s: %w", what, ctx.Err())
+	}
 }
 
 func closedChan() chan struct{} {
@@ -317,7 +350,8 @@ func (s *session) waitUnblocked(ctx context.Context) error {
 const closeTimeout = 2 * time.Second
 
 // stuckGrace is how long an amqp091 call that takes no ctx may go on after
-// its caller's ctx has ended before guard gives the connection up.
+// its caller's ctx has ended, without progress, before guard gives the
+// connection up.
 const stuckGrace = 2 * time.Second
 
 // guard runs call, an amqp091 call that takes no ctx: a write (a publish)
@@ -329,37 +363,61 @@ const stuckGrace = 2 * time.Second
 // is given up: its socket is closed, which ends call with an error and
 // every other call on the connection with ErrConnectionLost (publishes in
 // flight go again on the next connection, which the backend dials), and
-// guard reports ctx's error. A request abandoned halfway cannot be taken
-// back on its channel anyway: amqp091 would pair its late answer with the
-// channel's next request.
-// op and name say what call does, for the error ("publish to" and the
-// queue); they are put together only for it.
-func (s *session) guard(ctx context.Context, op, name string, call func() error) error {
+// guard reports ctx's error. For a write (writes true) stuckGrace counts
+// from the last byte the socket took, so that a big message on a slow
+// network is not cut off while it moves. A request abandoned halfway
+// cannot be taken back on its channel anyway: amqp091 would pair its late
+// answer with the channel's next request. op and name say what call does,
+// for the error and the log ("publish to" and the queue).
+func (s *session) guard(ctx context.Context, op, name string, writes bool, call func() error) error {
 	if ctx.Done() == nil {
 		return call()
 	}
+	const (
+		running int32 = iota
+		finished
+		gaveUp
+	)
+	var state atomic.Int32 // running, then whichever of the two sides gets there first
 	done := make(chan struct{})
-	var gaveUp atomic.Bool
 	stop := context.AfterFunc(ctx, func() {
 		timer := time.NewTimer(stuckGrace)
 		defer timer.Stop()
-		select {
-		case <-done:
-		case <-timer.C:
-			gaveUp.Store(true)
-			if s.socket != nil {
-				_ = s.socket.Close()
+		var written int64
+		if s.socket != nil {
+			written = s.socket.written.Load()
+		}
+		for {
+			select {
+			case <-done:
+				return
+			case <-timer.C:
 			}
+			if writes && s.socket != nil {
+				if w := s.socket.written.Load(); w != written {
+					written = w // it moves: give it another stuckGrace
+					timer.Reset(stuckGrace)
+					continue
+				}
+			}
+			if state.CompareAndSwap(running, gaveUp) {
+				s.log.Warn("rabbitmq: giving the connection up: a call still waits on the broker after its ctx ended",
+					"call", op, "name", name, "waited_after_ctx", stuckGrace)
+				if s.socket != nil {
+					_ = s.socket.Close()
+				}
+			}
+			return
 		}
 	})
 	err := call()
 	close(done) // ends the watch, if it started
 	stop()
-	if gaveUp.Load() {
+	if !state.CompareAndSwap(running, finished) {
 		if name != "" {
 			op += fmt.Sprintf(" %q", name)
 		}
-		return fmt.Errorf("rabbitmq: %s: still waiting on the broker %v after the caller's ctx ended (it does not read the connection, which is given up and reopened): %w",
+		return fmt.Errorf("rabbitmq: %s: the broker neither took it nor answered within %v after the caller's ctx ended; the connection is given up and dialed again: %w",
 			op, stuckGrace, ctx.Err())
 	}
 	return err
@@ -378,23 +436,28 @@ func (s *session) close(backendClosed bool) {
 // publisher returns a live confirm channel from the pool, opening it if it
 // is new or was closed by a channel error.
 func (s *session) publisher(ctx context.Context) (*publisher, error) {
-	i := int(s.next.Add(1) % uint64(len(s.pubs)))
-	s.pubMu.Lock()
-	defer s.pubMu.Unlock()
-	if p := s.pubs[i]; p != nil && !p.isDead() {
+	slot := &s.pubs[int(s.next.Add(1)%uint64(len(s.pubs)))]
+	if p := slot.Load(); p != nil && !p.isDead() {
 		return p, nil
+	}
+	if err := acquire(ctx, s.opening, "open a publishing channel"); err != nil {
+		return nil, err
+	}
+	defer func() { <-s.opening }()
+	if p := slot.Load(); p != nil && !p.isDead() {
+		return p, nil // opened while this caller waited
 	}
 	p, err := s.openPublisher(ctx)
 	if err != nil {
 		return nil, err
 	}
-	s.pubs[i] = p
+	slot.Store(p)
 	return p, nil
 }
 
 // openPublisher opens a confirm channel (guard).
 func (s *session) openPublisher(ctx context.Context) (p *publisher, err error) {
-	err = s.guard(ctx, "open a publishing channel", "", func() error {
+	err = s.guard(ctx, "open a publishing channel", "", false, func() error {
 		p, err = newPublisher(s)
 		return err
 	})
@@ -581,9 +644,11 @@ func (s *session) declare(ctx context.Context, name string, durable bool, args a
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.declMu.Lock()
-	defer s.declMu.Unlock()
-	err := s.guard(ctx, "declare", name, func() error {
+	if err := acquire(ctx, s.declSem, "declare "+strconv.Quote(name)); err != nil {
+		return err
+	}
+	defer func() { <-s.declSem }()
+	err := s.guard(ctx, "declare", name, false, func() error {
 		if s.declCh == nil || s.declCh.IsClosed() {
 			ch, err := s.conn.Channel()
 			if err != nil {
@@ -613,8 +678,11 @@ func (s *session) depth(ctx context.Context, queue string) (int, error) {
 	if err := s.waitUnblocked(ctx); err != nil {
 		return 0, err
 	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	var q amqp.Queue
-	err := s.guard(ctx, "depth of", queue, func() error {
+	err := s.guard(ctx, "depth of", queue, false, func() error {
 		ch, err := s.conn.Channel()
 		if err != nil {
 			return err

@@ -395,8 +395,9 @@ func TestCloseDoesNotWaitForAnAnswerThatNeverComes(t *testing.T) {
 // reading a connection while keeping it alive (heartbeats go on) holds a
 // publish in its socket write, and a declare or a depth query waiting for
 // an answer; amqp091 takes no ctx for them. Each returns with its ctx's
-// error a couple of seconds after the ctx ends, the connection is given
-// up, and once the broker reads again the backend publishes as before.
+// error 2 s after the ctx ends (the backend's grace), the connection is
+// given up, and once the broker reads again the backend publishes as
+// before.
 func TestCallsTheBrokerDoesNotTakeEndSoonAfterTheirCtx(t *testing.T) {
 	calls := []struct {
 		name string
@@ -419,7 +420,7 @@ func TestCallsTheBrokerDoesNotTakeEndSoonAfterTheirCtx(t *testing.T) {
 	for _, c := range calls {
 		t.Run(c.name, func(t *testing.T) {
 			proxy, b, queue := throughProxy(t, "stuck-"+c.name)
-			// Every channel of the publishing pool open, so that the publish
+			// The publishing pool's channels (4) all open, so that the publish
 			// waits in its write rather than in a channel's opening.
 			for range 8 {
 				msg := broker.Message{Queue: queue, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
@@ -436,8 +437,14 @@ func TestCallsTheBrokerDoesNotTakeEndSoonAfterTheirCtx(t *testing.T) {
 			select {
 			case err := <-done:
 				took := time.Since(start)
-				if !errors.Is(err, context.DeadlineExceeded) {
-					t.Fatalf("%s returned %v, want an error that wraps context.DeadlineExceeded", c.name, err)
+				// Not an error of some other path that a lost connection
+				// took (waiting for the next one ends with the ctx, at 1 s):
+				// the guard's, after the ctx and its 2 s of grace.
+				if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "neither took it nor answered") {
+					t.Fatalf("%s returned %v, want the guard's error, wrapping context.DeadlineExceeded", c.name, err)
+				}
+				if took < 2800*time.Millisecond {
+					t.Fatalf("%s returned after %v, before its ctx (1 s) and the grace (2 s) had run out", c.name, took)
 				}
 				t.Logf("%s returned after %v: %v", c.name, took.Round(time.Millisecond), err)
 			case <-time.After(10 * time.Second):
@@ -455,6 +462,43 @@ func TestCallsTheBrokerDoesNotTakeEndSoonAfterTheirCtx(t *testing.T) {
 				t.Fatalf("Depth = %d, %v; want at least 9 messages", n, err)
 			}
 		})
+	}
+}
+
+// TestAPublishThatMovesIsNotCutOff: a big publish on a slow network is
+// still being written long after its ctx ended; as long as the socket takes
+// bytes the connection is not given up, and the broker gets the message
+// whole (the caller hears of its ctx while waiting for the confirm).
+func TestAPublishThatMovesIsNotCutOff(t *testing.T) {
+	proxy, b, queue := throughProxy(t, "slow-publish")
+	for range 8 { // the pool's channels all open
+		msg := broker.Message{Queue: queue, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
+		if err := b.Publish(t.Context(), msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxy.throttle()
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	// 16 MiB at 3.2 MB/s: about 5 s, well past the ctx and its grace.
+	body := []byte(`"` + strings.Repeat("x", 16<<20) + `"`)
+	err := b.Publish(ctx, broker.Message{Queue: queue, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: body})
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "neither took it nor answered") {
+		t.Fatalf("Publish = %v, want the ctx's error from the wait for the confirm, not the guard's", err)
+	}
+	if took < 2500*time.Millisecond {
+		t.Fatalf("Publish returned after %v; the write was meant to last longer than the ctx and the grace", took)
+	}
+	t.Logf("Publish returned after %v: %v", took.Round(time.Millisecond), err)
+	// The same connection takes the next publish, and the big one arrived.
+	msg := broker.Message{Queue: queue, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
+	if err := b.Publish(t.Context(), msg); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.Depth(t.Context(), queue); err != nil || n != 10 {
+		t.Fatalf("Depth = %d, %v; want 10 (8, the big one, 1)", n, err)
 	}
 }
 
@@ -495,6 +539,7 @@ type proxy struct {
 	cutNow chan struct{} // closed at the cut
 	gate   chan struct{} // while stalled: closed when the stall ends
 	muted  atomic.Bool   // see mute
+	slow   atomic.Bool   // see throttle
 }
 
 // stall holds every byte on its way to the broker, as a congested network
@@ -558,6 +603,26 @@ func (p *proxy) mute() (unmute func()) {
 	return unmute
 }
 
+// throttle makes the way to the broker a slow network: 32 KiB every 10ms.
+func (p *proxy) throttle() { p.slow.Store(true) }
+
+// trickle writes b to w at throttle's pace.
+func (p *proxy) trickle(w io.Writer, b []byte) (int, error) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	written := 0
+	for len(b) > 0 {
+		<-tick.C
+		n, err := w.Write(b[:min(len(b), 32<<10)])
+		written += n
+		b = b[n:]
+		if err != nil {
+			return written, err
+		}
+	}
+	return written, nil
+}
+
 // toClient forwards the broker's bytes to the client until mute.
 type toClient struct {
 	p *proxy
@@ -592,6 +657,9 @@ func (t toBroker) Write(b []byte) (int, error) {
 	t.p.mu.Unlock()
 	if gate != nil {
 		<-gate
+	}
+	if t.p.slow.Load() {
+		return t.p.trickle(t.w, b)
 	}
 	n, err := t.w.Write(b)
 	p := t.p

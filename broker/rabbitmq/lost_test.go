@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"syscall"
 	"testing"
@@ -50,7 +51,7 @@ func TestAConsumerOfALostConnectionDoesNotSayTheBackendIsClosed(t *testing.T) {
 		{false, ErrConnectionLost},
 		{true, broker.ErrClosed},
 	} {
-		s := newSession(&connection{}, 1)
+		s := newSession(&connection{}, 1, slog.New(slog.DiscardHandler))
 		s.close(c.backendClosed)
 		closed := make(chan *amqp.Error) // nothing read from the broker yet
 		if got := (&consumer{queue: "q"}).why(closed, s); !errors.Is(got, c.want) {

@@ -307,11 +307,14 @@ func TestFaultBrokerRestartKeepsHeldJobs(t *testing.T) {
 	const jobs = 10
 	due := map[string]time.Time{}
 	for i := range jobs {
+		// The hold starts when the broker takes the message, before the
+		// confirm comes back: due counts from before the call.
+		sent := time.Now()
 		id, err := r.producer.Defer(t.Context(), job{Name: fmt.Sprintf("h%d", i)}, 8*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		due[id] = time.Now().Add(8 * time.Second)
+		due[id] = sent.Add(8 * time.Second)
 	}
 	r.start(jobs)
 	rabbitmqctl(t, "stop_app")
