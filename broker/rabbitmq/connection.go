@@ -354,6 +354,19 @@ const closeTimeout = 2 * time.Second
 // connection up.
 const stuckGrace = 2 * time.Second
 
+// callKind says how guard tells a call that is stuck from a slow one.
+type callKind int
+
+const (
+	// callRequest is a request and its answer (a channel open, a
+	// declare): stuck once stuckGrace has passed after ctx ended.
+	callRequest callKind = iota
+	// callWrite is a write (a publish): stuck once the socket has taken
+	// no byte for stuckGrace after ctx ended, so that a big message on a
+	// slow network is not cut off while it moves.
+	callWrite
+)
+
 // guard runs call, an amqp091 call that takes no ctx: a write (a publish)
 // or a request with its answer (a channel open, a declare). A broker that
 // stops reading a connection while keeping it alive (it blocked it during
@@ -363,13 +376,12 @@ const stuckGrace = 2 * time.Second
 // is given up: its socket is closed, which ends call with an error and
 // every other call on the connection with ErrConnectionLost (publishes in
 // flight go again on the next connection, which the backend dials), and
-// guard reports ctx's error. For a write (writes true) stuckGrace counts
-// from the last byte the socket took, so that a big message on a slow
-// network is not cut off while it moves. A request abandoned halfway
-// cannot be taken back on its channel anyway: amqp091 would pair its late
-// answer with the channel's next request. op and name say what call does,
-// for the error and the log ("publish to" and the queue).
-func (s *session) guard(ctx context.Context, op, name string, writes bool, call func() error) error {
+// guard reports ctx's error (see callKind for what counts as stuck). A
+// request abandoned halfway cannot be taken back on its channel anyway:
+// amqp091 would pair its late answer with the channel's next request. op
+// and name say what call does, for the error and the log ("publish to"
+// and the queue).
+func (s *session) guard(ctx context.Context, kind callKind, op, name string, call func() error) error {
 	if ctx.Done() == nil {
 		return call()
 	}
@@ -393,7 +405,7 @@ func (s *session) guard(ctx context.Context, op, name string, writes bool, call 
 				return
 			case <-timer.C:
 			}
-			if writes && s.socket != nil {
+			if kind == callWrite && s.socket != nil {
 				if w := s.socket.written.Load(); w != written {
 					written = w // it moves: give it another stuckGrace
 					timer.Reset(stuckGrace)
@@ -457,7 +469,7 @@ func (s *session) publisher(ctx context.Context) (*publisher, error) {
 
 // openPublisher opens a confirm channel (guard).
 func (s *session) openPublisher(ctx context.Context) (p *publisher, err error) {
-	err = s.guard(ctx, "open a publishing channel", "", false, func() error {
+	err = s.guard(ctx, callRequest, "open a publishing channel", "", func() error {
 		p, err = newPublisher(s)
 		return err
 	})
@@ -648,7 +660,7 @@ func (s *session) declare(ctx context.Context, name string, durable bool, args a
 		return err
 	}
 	defer func() { <-s.declSem }()
-	err := s.guard(ctx, "declare", name, false, func() error {
+	err := s.guard(ctx, callRequest, "declare", name, func() error {
 		if s.declCh == nil || s.declCh.IsClosed() {
 			ch, err := s.conn.Channel()
 			if err != nil {
@@ -682,7 +694,7 @@ func (s *session) depth(ctx context.Context, queue string) (int, error) {
 		return 0, err
 	}
 	var q amqp.Queue
-	err := s.guard(ctx, "depth of", queue, false, func() error {
+	err := s.guard(ctx, callRequest, "depth of", queue, func() error {
 		ch, err := s.conn.Channel()
 		if err != nil {
 			return err

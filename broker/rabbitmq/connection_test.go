@@ -399,15 +399,15 @@ func TestCloseDoesNotWaitForAnAnswerThatNeverComes(t *testing.T) {
 // given up, and once the broker reads again the backend publishes as
 // before.
 func TestCallsTheBrokerDoesNotTakeEndSoonAfterTheirCtx(t *testing.T) {
+	// Big enough to fill the socket's buffers, so that the write itself
+	// waits; made before any ctx starts.
+	bigBody := []byte(`"` + strings.Repeat("x", 16<<20) + `"`)
 	calls := []struct {
 		name string
 		call func(ctx context.Context, b *rabbitmq.Backend, queue string) error
 	}{
 		{"publish", func(ctx context.Context, b *rabbitmq.Backend, queue string) error {
-			// Big enough to fill the socket's buffers, so that the write
-			// itself waits.
-			body := []byte(`"` + strings.Repeat("x", 16<<20) + `"`)
-			return b.Publish(ctx, broker.Message{Queue: queue, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: body})
+			return b.Publish(ctx, broker.Message{Queue: queue, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: bigBody})
 		}},
 		{"declare", func(ctx context.Context, b *rabbitmq.Backend, queue string) error {
 			return b.Declare(ctx, broker.QueueSpec{Name: queue + "2", Durable: true})
@@ -443,9 +443,6 @@ func TestCallsTheBrokerDoesNotTakeEndSoonAfterTheirCtx(t *testing.T) {
 				if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "neither took it nor answered") {
 					t.Fatalf("%s returned %v, want the guard's error, wrapping context.DeadlineExceeded", c.name, err)
 				}
-				if took < 2800*time.Millisecond {
-					t.Fatalf("%s returned after %v, before its ctx (1 s) and the grace (2 s) had run out", c.name, took)
-				}
 				t.Logf("%s returned after %v: %v", c.name, took.Round(time.Millisecond), err)
 			case <-time.After(10 * time.Second):
 				t.Fatalf("%s with a 1 s ctx had not returned after 10 s", c.name)
@@ -466,9 +463,10 @@ func TestCallsTheBrokerDoesNotTakeEndSoonAfterTheirCtx(t *testing.T) {
 }
 
 // TestAPublishThatMovesIsNotCutOff: a big publish on a slow network is
-// still being written long after its ctx ended; as long as the socket takes
-// bytes the connection is not given up, and the broker gets the message
-// whole (the caller hears of its ctx while waiting for the confirm).
+// still being written long after its ctx (500ms) ended; as long as the
+// socket takes bytes the connection is not given up, and the broker gets
+// the message whole (the caller hears of its ctx while waiting for the
+// confirm).
 func TestAPublishThatMovesIsNotCutOff(t *testing.T) {
 	proxy, b, queue := throughProxy(t, "slow-publish")
 	for range 8 { // the pool's channels all open
@@ -477,25 +475,26 @@ func TestAPublishThatMovesIsNotCutOff(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// 16 MiB at 32 KiB a tick of 10ms: 512 ticks or more, far past the ctx
+	// and its grace.
+	big := broker.Message{Queue: queue, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`"` + strings.Repeat("x", 16<<20) + `"`)}
 	proxy.throttle()
-	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	connections := proxy.accepted.Load()
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	// 16 MiB at 3.2 MB/s: about 5 s, well past the ctx and its grace.
-	body := []byte(`"` + strings.Repeat("x", 16<<20) + `"`)
-	err := b.Publish(ctx, broker.Message{Queue: queue, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: body})
-	took := time.Since(start)
+	err := b.Publish(ctx, big)
 	if !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "neither took it nor answered") {
 		t.Fatalf("Publish = %v, want the ctx's error from the wait for the confirm, not the guard's", err)
 	}
-	if took < 2500*time.Millisecond {
-		t.Fatalf("Publish returned after %v; the write was meant to last longer than the ctx and the grace", took)
-	}
-	t.Logf("Publish returned after %v: %v", took.Round(time.Millisecond), err)
+	t.Logf("Publish returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
 	// The same connection takes the next publish, and the big one arrived.
 	msg := broker.Message{Queue: queue, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
 	if err := b.Publish(t.Context(), msg); err != nil {
 		t.Fatal(err)
+	}
+	if got := proxy.accepted.Load(); got != connections {
+		t.Errorf("the proxy took %d connections during the slow publish, want none: the connection was given up", got-connections)
 	}
 	if n, err := b.Depth(t.Context(), queue); err != nil || n != 10 {
 		t.Fatalf("Depth = %d, %v; want 10 (8, the big one, 1)", n, err)
@@ -534,12 +533,13 @@ type proxy struct {
 	conns  []net.Conn
 	wg     sync.WaitGroup
 
-	cutAt  int64         // once this many bytes went to the broker, cut (0: never)
-	sent   int64         // bytes gone to the broker since cutAfter
-	cutNow chan struct{} // closed at the cut
-	gate   chan struct{} // while stalled: closed when the stall ends
-	muted  atomic.Bool   // see mute
-	slow   atomic.Bool   // see throttle
+	cutAt    int64         // once this many bytes went to the broker, cut (0: never)
+	sent     int64         // bytes gone to the broker since cutAfter
+	cutNow   chan struct{} // closed at the cut
+	gate     chan struct{} // while stalled: closed when the stall ends
+	muted    atomic.Bool   // see mute
+	slow     atomic.Bool   // see throttle
+	accepted atomic.Int64  // connections the proxy took
 }
 
 // stall holds every byte on its way to the broker, as a congested network
@@ -701,6 +701,7 @@ func (p *proxy) serve(l net.Listener) {
 			if err != nil {
 				return
 			}
+			p.accepted.Add(1)
 			up, err := net.Dial("tcp", p.target)
 			if err != nil {
 				c.Close()

@@ -39,7 +39,7 @@ func (s *session) consume(ctx context.Context, queue string, prefetch int) (brok
 	var ch *amqp.Channel
 	var deliveries <-chan amqp.Delivery
 	tag := consumerTag(queue)
-	err := s.guard(ctx, "consume", queue, false, func() (err error) {
+	err := s.guard(ctx, callRequest, "consume", queue, func() (err error) {
 		if ch, err = s.conn.Channel(); err != nil {
 			return err
 		}

@@ -177,7 +177,7 @@ func (p *publisher) publish(ctx context.Context, queue string, pub amqp.Publishi
 // not take ends soon after ctx does (session.guard).
 func (p *publisher) send(ctx context.Context, queue string, pub amqp.Publishing) (confirmed <-chan error, _ error) {
 	var dc *amqp.DeferredConfirmation
-	err := p.s.guard(ctx, "publish to", queue, true, func() (err error) {
+	err := p.s.guard(ctx, callWrite, "publish to", queue, func() (err error) {
 		dc, err = p.ch.PublishWithDeferredConfirm("", queue, true, false, pub)
 		return err
 	})
