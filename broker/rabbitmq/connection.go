@@ -30,16 +30,30 @@ type connection struct {
 
 // countedConn is the socket under a connection (the TCP connection, under
 // TLS when there is TLS), counting the bytes written to it: guard tells by
-// it a write that goes slowly from one that has stopped.
+// it a connection that goes slowly from one that has stopped.
 type countedConn struct {
 	net.Conn
 	written atomic.Int64
 }
 
+// countedPiece is the most Write hands the socket at once. A TCP write
+// returns only once all of it is sent, and amqp091 writes a body frame
+// (up to 128 KiB) in one call: in pieces, the count moves on a slow
+// network too (16 KiB in guard's 2 s is 8 KB/s).
+const countedPiece = 16 << 10
+
 func (c *countedConn) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
-	c.written.Add(int64(n))
-	return n, err
+	written := 0
+	for len(b) > 0 {
+		n, err := c.Conn.Write(b[:min(len(b), countedPiece)])
+		c.written.Add(int64(n))
+		written += n
+		b = b[n:]
+		if err != nil {
+			return written, err
+		}
+	}
+	return written, nil
 }
 
 // close closes the connection, waiting at most closeTimeout for the
@@ -296,6 +310,9 @@ func newSession(conn *connection, pubs int, log *slog.Logger) *session {
 
 // acquire takes sem, or gives up when ctx ends first.
 func acquire(ctx context.Context, sem chan struct{}, what string) error {
+	if err := ctx.Err(); err != nil { // select would pick a free sem at random
+		return fmt.Errorf("rabbitmq: waiting to %s: %w", what, err)
+	}
 	select {
 	case sem <- struct{}{}:
 		return nil
@@ -350,21 +367,27 @@ func (s *session) waitUnblocked(ctx context.Context) error {
 const closeTimeout = 2 * time.Second
 
 // stuckGrace is how long an amqp091 call that takes no ctx may go on after
-// its caller's ctx has ended, without progress, before guard gives the
-// connection up.
+// its caller's ctx has ended while its connection's socket takes no byte,
+// before guard gives the connection up.
 const stuckGrace = 2 * time.Second
 
-// callKind says how guard tells a call that is stuck from a slow one.
+// answerCap bounds how long after its caller's ctx has ended a request
+// waits for its answer while the connection moves: a broker that reads
+// but does not answer.
+const answerCap = 30 * time.Second
+
+// callKind says how long guard lets a call go on after its ctx ended.
 type callKind int
 
 const (
+	// callWrite is a write (a publish): as long as the socket takes
+	// bytes, so that a big message on a slow network is not cut off
+	// while it moves.
+	callWrite callKind = iota
 	// callRequest is a request and its answer (a channel open, a
-	// declare): stuck once stuckGrace has passed after ctx ended.
-	callRequest callKind = iota
-	// callWrite is a write (a publish): stuck once the socket has taken
-	// no byte for stuckGrace after ctx ended, so that a big message on a
-	// slow network is not cut off while it moves.
-	callWrite
+	// declare): as long as the socket takes bytes (the request may wait
+	// behind a big publish), but answerCap at most.
+	callRequest
 )
 
 // guard runs call, an amqp091 call that takes no ctx: a write (a publish)
@@ -372,12 +395,12 @@ const (
 // stops reading a connection while keeping it alive (it blocked it during
 // a resource alarm that began after waitUnblocked, or it hangs) would hold
 // such a call, and its caller, for as long as that lasts, whatever ctx
-// says. If call is still running stuckGrace after ctx ends, the connection
+// says. If, after ctx ends, call goes on through stuckGrace in which the
+// socket takes no byte (or, for a request, past answerCap), the connection
 // is given up: its socket is closed, which ends call with an error and
 // every other call on the connection with ErrConnectionLost (publishes in
 // flight go again on the next connection, which the backend dials), and
-// guard reports ctx's error (see callKind for what counts as stuck). A
-// request abandoned halfway cannot be taken back on its channel anyway:
+// guard reports ctx's error. A request abandoned halfway cannot be taken back on its channel anyway:
 // amqp091 would pair its late answer with the channel's next request. op
 // and name say what call does, for the error and the log ("publish to"
 // and the queue).
@@ -390,31 +413,30 @@ func (s *session) guard(ctx context.Context, kind callKind, op, name string, cal
 		finished
 		gaveUp
 	)
-	var state atomic.Int32 // running, then whichever of the two sides gets there first
+	var state atomic.Int32  // running, then whichever of the two sides gets there first
+	var waited atomic.Int64 // how long after ctx ended it gave up, in ns
 	done := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
+		ended := time.Now()
 		timer := time.NewTimer(stuckGrace)
 		defer timer.Stop()
-		var written int64
-		if s.socket != nil {
-			written = s.socket.written.Load()
-		}
+		written := s.written()
 		for {
 			select {
 			case <-done:
 				return
 			case <-timer.C:
 			}
-			if kind == callWrite && s.socket != nil {
-				if w := s.socket.written.Load(); w != written {
-					written = w // it moves: give it another stuckGrace
-					timer.Reset(stuckGrace)
-					continue
-				}
+			capped := kind == callRequest && time.Since(ended) >= answerCap
+			if w := s.written(); w != written && !capped {
+				written = w // the connection moves: another stuckGrace
+				timer.Reset(stuckGrace)
+				continue
 			}
+			waited.Store(int64(time.Since(ended)))
 			if state.CompareAndSwap(running, gaveUp) {
 				s.log.Warn("rabbitmq: giving the connection up: a call still waits on the broker after its ctx ended",
-					"call", op, "name", name, "waited_after_ctx", stuckGrace)
+					"call", op, "name", name, "waited_after_ctx", time.Duration(waited.Load()).Round(time.Millisecond))
 				if s.socket != nil {
 					_ = s.socket.Close()
 				}
@@ -422,17 +444,27 @@ func (s *session) guard(ctx context.Context, kind callKind, op, name string, cal
 			return
 		}
 	})
+	defer func() { // a panic in call too: the watch must not outlive it
+		close(done)
+		stop()
+	}()
 	err := call()
-	close(done) // ends the watch, if it started
-	stop()
 	if !state.CompareAndSwap(running, finished) {
 		if name != "" {
 			op += fmt.Sprintf(" %q", name)
 		}
-		return fmt.Errorf("rabbitmq: %s: the broker neither took it nor answered within %v after the caller's ctx ended; the connection is given up and dialed again: %w",
-			op, stuckGrace, ctx.Err())
+		return fmt.Errorf("rabbitmq: %s: the broker neither took it nor answered %v after the caller's ctx ended; the connection is given up and dialed again: %w",
+			op, time.Duration(waited.Load()).Round(time.Millisecond), ctx.Err())
 	}
 	return err
+}
+
+// written is the count of bytes the socket took (0 without one).
+func (s *session) written() int64 {
+	if s.socket == nil {
+		return 0
+	}
+	return s.socket.written.Load()
 }
 
 // close records why the session ends before its connection is closed

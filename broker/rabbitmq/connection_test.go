@@ -496,8 +496,59 @@ func TestAPublishThatMovesIsNotCutOff(t *testing.T) {
 	if got := proxy.accepted.Load(); got != connections {
 		t.Errorf("the proxy took %d connections during the slow publish, want none: the connection was given up", got-connections)
 	}
-	if n, err := b.Depth(t.Context(), queue); err != nil || n != 10 {
-		t.Fatalf("Depth = %d, %v; want 10 (8, the big one, 1)", n, err)
+	// The big one's confirm was not waited for: it may still be on its way
+	// into the queue.
+	waitDepth(t, b, queue, 10)
+}
+
+// waitDepth waits until queue holds want messages, 10 s at most.
+func waitDepth(t *testing.T, b *rabbitmq.Backend, queue string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := b.Depth(t.Context(), queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Depth = %d after 10 s, want %d", n, want)
+		}
+		<-time.After(50 * time.Millisecond) // the broker is taking it in
+	}
+}
+
+// TestAWaitForADeclaresTurnEndsWithItsCtx: declares take turns on one
+// channel; one that waits behind a declare the broker does not answer
+// returns at its own ctx, not at the other's.
+func TestAWaitForADeclaresTurnEndsWithItsCtx(t *testing.T) {
+	proxy, b, queue := throughProxy(t, "declare-turn")
+	proxy.mute()
+	firstCtx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() { first <- b.Declare(firstCtx, broker.QueueSpec{Name: queue + ".a", Durable: true}) }()
+	select {
+	case <-proxy.held: // the first declare is on its way, holding the turn
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first declare never reached the proxy")
+	}
+
+	ctx, cancel2 := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel2()
+	err := b.Declare(ctx, broker.QueueSpec{Name: queue + ".b", Durable: true})
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "waiting to declare") {
+		t.Errorf("second Declare = %v, want its own ctx's error while waiting for its turn", err)
+	}
+	select {
+	case err := <-first:
+		t.Errorf("the first declare returned (%v) before the second", err)
+	default:
+	}
+	if err := <-first; !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "neither took it nor answered") {
+		t.Errorf("first Declare = %v, want the guard's error", err)
 	}
 }
 
@@ -540,6 +591,7 @@ type proxy struct {
 	muted    atomic.Bool   // see mute
 	slow     atomic.Bool   // see throttle
 	accepted atomic.Int64  // connections the proxy took
+	held     chan struct{} // a token each time bytes to the broker wait in a stall
 }
 
 // stall holds every byte on its way to the broker, as a congested network
@@ -656,6 +708,10 @@ func (t toBroker) Write(b []byte) (int, error) {
 	gate := t.p.gate
 	t.p.mu.Unlock()
 	if gate != nil {
+		select {
+		case t.p.held <- struct{}{}:
+		default:
+		}
 		<-gate
 	}
 	if t.p.slow.Load() {
@@ -680,7 +736,7 @@ func (t toBroker) Write(b []byte) (int, error) {
 }
 
 func newProxy(t *testing.T, target string) *proxy {
-	p := &proxy{t: t, target: target}
+	p := &proxy{t: t, target: target, held: make(chan struct{}, 1)}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -702,6 +758,9 @@ func (p *proxy) serve(l net.Listener) {
 				return
 			}
 			p.accepted.Add(1)
+			// Small, so that what a stalled proxy holds back stays in the
+			// client's socket, and a big write waits there.
+			_ = c.(*net.TCPConn).SetReadBuffer(64 << 10)
 			up, err := net.Dial("tcp", p.target)
 			if err != nil {
 				c.Close()

@@ -16,9 +16,9 @@
 // backoff (the publishing one also redeclares the topology); calls made
 // meanwhile wait for it, bounded by their ctx. A call amqp091 gives no ctx
 // (a publish's write, a declare and its answer) that still waits on the
-// broker 2 s after its caller's ctx ended (a write: 2 s without a byte
-// taken) gives the connection up: it returns ctx's error and the actor
-// dials again. It does not use amqp091's
+// broker after its caller's ctx ended, through 2 s in which the socket took
+// no byte (a request: 30 s at most), gives the connection up: it returns
+// ctx's error and the actor dials again. It does not use amqp091's
 // own recovery.
 // Publishes go through a pool of confirm-mode channels, each with many
 // outstanding publishes; a returned message is paired with its publish by
