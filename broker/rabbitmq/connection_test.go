@@ -261,7 +261,7 @@ func TestConcurrentPublishesFailOnlyTheRefusedOnes(t *testing.T) {
 	b := rabbittest.Dial(t, &rabbitmq.Options{PublishChannels: 1, Logger: slog.New(slog.DiscardHandler)})
 	defer b.Close()
 	q := unique("refusedconc") + ".work"
-	t.Cleanup(func() { rabbittest.DeleteQueues(t, q) })
+	t.Cleanup(func() { rabbittest.DeleteQueues(t, q, broker.DeadQueueName(q)) })
 	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, Durable: true}); err != nil {
 		t.Fatal(err)
 	}
