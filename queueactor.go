@@ -323,15 +323,22 @@ func (a *queueActor) giveBack(ds ...broker.Delivery) {
 			requeue(d, log)
 			continue
 		}
-		ctx, cancel := a.w.clock.WithTimeout(context.Background(), giveBackTimeout)
-		a.w.setAside(ctx, a.q, d)
-		cancel()
+		a.w.setAsideWithin(context.Background(), a.q, d)
 	}
 }
 
 // giveBackTimeout bounds the publish of a delivery given back as a copy;
 // past it, the delivery is requeued.
 const giveBackTimeout = 10 * time.Second
+
+// setAsideWithin is setAside under parent's values, bounded by
+// giveBackTimeout: for a delivery given back by a worker that is stopping,
+// whose own ctx has ended or is about to.
+func (w *Worker) setAsideWithin(parent context.Context, q *queueConfig, d broker.Delivery) {
+	ctx, cancel := w.clock.WithTimeout(parent, giveBackTimeout)
+	defer cancel()
+	w.setAside(ctx, q, d)
+}
 
 // setAside publishes d again, unchanged, to the back of its queue, and
 // acks it: a suspect that runs alone later, or a delivery given back.
@@ -568,9 +575,7 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 			// published again unchanged and acked, so that PoisonAfter does
 			// not count it (requeued, it would come back redelivered).
 			log.Warn("job interrupted by the worker's stop; publishing it again", "error", err)
-			asideCtx, cancel := w.clock.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
-			w.setAside(asideCtx, q, d)
-			cancel()
+			w.setAsideWithin(context.WithoutCancel(ctx), q, d)
 			return Outcome{Result: Requeued, Err: err, Ran: true, HandlerDuration: ran}
 		}
 		log.Warn("job interrupted (the worker is stopping or its delivery was lost); returning it to the queue", "error", err)

@@ -400,10 +400,10 @@ const (
 // is given up: its socket is closed, which ends call with an error and
 // every other call on the connection with ErrConnectionLost (publishes in
 // flight go again on the next connection, which the backend dials), and
-// guard reports ctx's error. A request abandoned halfway cannot be taken back on its channel anyway:
-// amqp091 would pair its late answer with the channel's next request. op
-// and name say what call does, for the error and the log ("publish to"
-// and the queue).
+// guard reports ctx's error. A request abandoned halfway cannot be taken
+// back on its channel anyway: amqp091 would pair its late answer with the
+// channel's next request. op and name say what call does, for the error
+// and the log ("publish to" and the queue).
 func (s *session) guard(ctx context.Context, kind callKind, op, name string, call func() error) error {
 	if ctx.Done() == nil {
 		return call()
@@ -413,8 +413,8 @@ func (s *session) guard(ctx context.Context, kind callKind, op, name string, cal
 		finished
 		gaveUp
 	)
-	var state atomic.Int32  // running, then whichever of the two sides gets there first
-	var waited atomic.Int64 // how long after ctx ended it gave up, in ns
+	var state atomic.Int32   // running, then whichever of the two sides gets there first
+	var waited time.Duration // how long after ctx ended it gave up; set before gaveUp
 	done := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		ended := time.Now()
@@ -433,10 +433,10 @@ func (s *session) guard(ctx context.Context, kind callKind, op, name string, cal
 				timer.Reset(stuckGrace)
 				continue
 			}
-			waited.Store(int64(time.Since(ended)))
+			waited = time.Since(ended).Round(time.Millisecond)
 			if state.CompareAndSwap(running, gaveUp) {
 				s.log.Warn("rabbitmq: giving the connection up: a call still waits on the broker after its ctx ended",
-					"call", op, "name", name, "waited_after_ctx", time.Duration(waited.Load()).Round(time.Millisecond))
+					"call", op, "name", name, "waited_after_ctx", waited)
 				if s.socket != nil {
 					_ = s.socket.Close()
 				}
@@ -454,7 +454,7 @@ func (s *session) guard(ctx context.Context, kind callKind, op, name string, cal
 			op += fmt.Sprintf(" %q", name)
 		}
 		return fmt.Errorf("rabbitmq: %s: the broker neither took it nor answered %v after the caller's ctx ended; the connection is given up and dialed again: %w",
-			op, time.Duration(waited.Load()).Round(time.Millisecond), ctx.Err())
+			op, waited, ctx.Err())
 	}
 	return err
 }

@@ -364,18 +364,7 @@ func TestALateHoldPublishOutlivesItsQueuesExpiry(t *testing.T) {
 // only when amqp091 next writes a heartbeat of its own, up to a heartbeat
 // interval later (a minute here).
 func TestCloseDoesNotWaitForAnAnswerThatNeverComes(t *testing.T) {
-	proxy := newProxy(t, "127.0.0.1:5672")
-	b, err := rabbitmq.Dial(t.Context(), "amqp://guest:guest@"+proxy.addr+"/",
-		&rabbitmq.Options{Heartbeat: time.Minute, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	prefix := unique("close-muted")
-	t.Cleanup(func() { deletePrefixed(t, prefix) })
-	if err := b.Declare(t.Context(), broker.QueueSpec{Name: prefix + ".work", Durable: true}); err != nil {
-		t.Fatal(err)
-	}
+	proxy, b, _ := dialThroughProxy(t, "close-muted", &rabbitmq.Options{Heartbeat: time.Minute})
 	proxy.mute()
 	closed := make(chan struct{})
 	start := time.Now()
@@ -422,12 +411,7 @@ func TestCallsTheBrokerDoesNotTakeEndSoonAfterTheirCtx(t *testing.T) {
 			proxy, b, queue := throughProxy(t, "stuck-"+c.name)
 			// The publishing pool's channels (4) all open, so that the publish
 			// waits in its write rather than in a channel's opening.
-			for range 8 {
-				msg := broker.Message{Queue: queue, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
-				if err := b.Publish(t.Context(), msg); err != nil {
-					t.Fatal(err)
-				}
-			}
+			publishSmall(t, b, queue, 8)
 			unmute := proxy.mute()
 			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 			defer cancel()
@@ -449,10 +433,7 @@ func TestCallsTheBrokerDoesNotTakeEndSoonAfterTheirCtx(t *testing.T) {
 			}
 
 			unmute()
-			msg := broker.Message{Queue: queue, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
-			if err := b.Publish(t.Context(), msg); err != nil {
-				t.Fatalf("publish once the broker reads again: %v", err)
-			}
+			publishSmall(t, b, queue, 1) // once the broker reads again
 			// The 8 from before, the one after, and the stalled publish's
 			// if the broker took it whole before the connection was given up.
 			if n, err := b.Depth(t.Context(), queue); err != nil || n < 9 {
@@ -469,12 +450,7 @@ func TestCallsTheBrokerDoesNotTakeEndSoonAfterTheirCtx(t *testing.T) {
 // confirm).
 func TestAPublishThatMovesIsNotCutOff(t *testing.T) {
 	proxy, b, queue := throughProxy(t, "slow-publish")
-	for range 8 { // the pool's channels all open
-		msg := broker.Message{Queue: queue, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
-		if err := b.Publish(t.Context(), msg); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publishSmall(t, b, queue, 8) // the pool's channels all open
 	// 16 MiB at 32 KiB a tick of 10ms: 512 ticks or more, far past the ctx
 	// and its grace.
 	big := broker.Message{Queue: queue, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`"` + strings.Repeat("x", 16<<20) + `"`)}
@@ -489,16 +465,24 @@ func TestAPublishThatMovesIsNotCutOff(t *testing.T) {
 	}
 	t.Logf("Publish returned after %v: %v", time.Since(start).Round(time.Millisecond), err)
 	// The same connection takes the next publish, and the big one arrived.
-	msg := broker.Message{Queue: queue, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
-	if err := b.Publish(t.Context(), msg); err != nil {
-		t.Fatal(err)
-	}
+	publishSmall(t, b, queue, 1)
 	if got := proxy.accepted.Load(); got != connections {
 		t.Errorf("the proxy took %d connections during the slow publish, want none: the connection was given up", got-connections)
 	}
 	// The big one's confirm was not waited for: it may still be on its way
 	// into the queue.
 	waitDepth(t, b, queue, 10)
+}
+
+// publishSmall publishes n small messages to queue, each confirmed.
+func publishSmall(t *testing.T, b *rabbitmq.Backend, queue string, n int) {
+	t.Helper()
+	for range n {
+		msg := broker.Message{Queue: queue, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
+		if err := b.Publish(t.Context(), msg); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // waitDepth waits until queue holds want messages, 10 s at most.
@@ -557,12 +541,17 @@ func TestAWaitForADeclaresTurnEndsWithItsCtx(t *testing.T) {
 // is deleted and the backend closed when the test ends.
 func throughProxy(t *testing.T, name string) (*proxy, *rabbitmq.Backend, string) {
 	t.Helper()
+	return dialThroughProxy(t, name, &rabbitmq.Options{ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond})
+}
+
+// dialThroughProxy is throughProxy with opts (their Logger discards).
+func dialThroughProxy(t *testing.T, name string, opts *rabbitmq.Options) (*proxy, *rabbitmq.Backend, string) {
+	t.Helper()
 	proxy := newProxy(t, "127.0.0.1:5672")
 	prefix := unique(name)
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
-	b, err := rabbitmq.Dial(t.Context(), "amqp://guest:guest@"+proxy.addr+"/", &rabbitmq.Options{
-		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
-	})
+	opts.Logger = slog.New(slog.DiscardHandler)
+	b, err := rabbitmq.Dial(t.Context(), "amqp://guest:guest@"+proxy.addr+"/", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
