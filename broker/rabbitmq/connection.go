@@ -171,10 +171,11 @@ func (a *connectionActor) Run(ctx context.Context) error {
 	// the topology's redeclaration included, so that what is sent during
 	// an alarm waits for the block to lift instead of going into a socket
 	// the broker does not read. amqp091 closes blocked when the connection
-	// shuts down, which ends this goroutine.
+	// shuts down, which ends this goroutine and every such wait (gone).
 	followed := make(chan struct{})
 	go func() {
 		defer close(followed)
+		defer close(s.gone)
 		for bl := range blocked {
 			s.setBlocked(bl)
 			if bl.Active {
@@ -264,6 +265,7 @@ type session struct {
 	blockMu   sync.Mutex
 	blockedBy string        // the broker's reason while it blocks publishes
 	unblocked chan struct{} // closed when the block lifts
+	gone      chan struct{} // closed when the connection has shut down: no block will lift
 
 	asideMu    sync.Mutex
 	aside      sync.WaitGroup // private publishers' channels being closed
@@ -304,7 +306,7 @@ func newSession(conn *connection, pubs int, log *slog.Logger) *session {
 		conn: conn.Connection, socket: conn.socket, log: log,
 		pubs:    make([]atomic.Pointer[publisher], pubs),
 		opening: make(chan struct{}, 1), declSem: make(chan struct{}, 1),
-		unblocked: closedChan(),
+		unblocked: closedChan(), gone: make(chan struct{}),
 	}
 }
 
@@ -344,7 +346,10 @@ func (s *session) setBlocked(b amqp.Blocking) {
 // waitUnblocked returns at once unless the broker blocks publishes (a memory
 // or disk alarm); then it waits for the block to lift, bounded by ctx. A
 // publish written to a blocked connection would hang in the socket write,
-// which no ctx can interrupt.
+// which no ctx can interrupt. A connection lost meanwhile ends the wait
+// with ErrConnectionLost: its block is never lifted, and a caller with no
+// deadline (the topology's redeclaration after a reconnect) would
+// otherwise wait on a dead connection forever, and the backend with it.
 func (s *session) waitUnblocked(ctx context.Context) error {
 	s.blockMu.Lock()
 	reason, unblocked := s.blockedBy, s.unblocked
@@ -357,6 +362,8 @@ func (s *session) waitUnblocked(ctx context.Context) error {
 	select {
 	case <-unblocked:
 		return nil
+	case <-s.gone:
+		return fmt.Errorf("%w while the broker blocked it (%s)", ErrConnectionLost, reason)
 	case <-ctx.Done():
 		return fmt.Errorf("%w (%s): %w", ErrBlocked, reason, ctx.Err())
 	}

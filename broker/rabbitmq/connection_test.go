@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -477,6 +478,75 @@ func TestAPublishThatMovesIsNotCutOff(t *testing.T) {
 	}
 }
 
+// TestALostConnectionEndsTheRedeclaresWaitForABlock: after a reconnect
+// the backend redeclares the topology, waiting, as every publish and
+// declare does, for a block the broker put on the connection (a resource
+// alarm) to lift. If the connection is lost meanwhile, the block will
+// never lift: the wait ends there, and the backend dials again, instead of
+// waiting on a dead connection for ever and publishing nothing more.
+func TestALostConnectionEndsTheRedeclaresWaitForABlock(t *testing.T) {
+	told := make(chan struct{}, 1)
+	logger := slog.New(&noticeHandler{text: "rabbitmq blocked the connection", seen: told})
+	proxy, b, queue := dialThroughProxy(t, "redeclare-blocked", &rabbitmq.Options{
+		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, Logger: logger})
+	// A second queue, so that declares are left when the block comes.
+	if err := b.Declare(t.Context(), broker.QueueSpec{Name: queue + ".more", Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	sprung, answered := proxy.blockAtDeclare()
+	proxy.down()
+	proxy.up()
+	for _, step := range []struct {
+		c    <-chan struct{}
+		what string
+	}{
+		{sprung, "the new connection redeclared nothing"},
+		{told, "the backend never heard of the block"},
+		{answered, "the broker never answered the redeclare's first declare"},
+	} {
+		select {
+		case <-step.c:
+		case <-time.After(10 * time.Second):
+			t.Fatal(step.what)
+		}
+	}
+	// The redeclare's next declare waits for the block to lift. Lose the
+	// connection under it.
+	proxy.down()
+	proxy.up()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	msg := broker.Message{Queue: queue, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
+	if err := b.Publish(ctx, msg); err != nil {
+		t.Fatalf("Publish after the blocked connection was lost = %v; want it published on the next connection", err)
+	}
+	t.Logf("published on the next connection after %v", time.Since(start).Round(time.Millisecond))
+	if n, err := b.Depth(t.Context(), queue+".more"); err != nil || n != 0 {
+		t.Errorf("Depth of the second queue = %d, %v; want it redeclared, empty", n, err)
+	}
+}
+
+// noticeHandler is a slog.Handler that sends on seen (without waiting)
+// for each record whose message contains text, and drops every record.
+type noticeHandler struct {
+	text string
+	seen chan struct{}
+}
+
+func (h *noticeHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *noticeHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *noticeHandler) WithGroup(string) slog.Handler            { return h }
+func (h *noticeHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.text) {
+		select {
+		case h.seen <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
 // publishSmall publishes n small messages to queue, each confirmed.
 func publishSmall(t *testing.T, b *rabbitmq.Backend, queue string, n int) {
 	t.Helper()
@@ -528,13 +598,16 @@ func throughProxy(t *testing.T, name string) (*proxy, *rabbitmq.Backend, string)
 	return dialThroughProxy(t, name, &rabbitmq.Options{ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond})
 }
 
-// dialThroughProxy is throughProxy with opts (their Logger discards).
+// dialThroughProxy is throughProxy with opts (without a Logger, it
+// discards).
 func dialThroughProxy(t *testing.T, name string, opts *rabbitmq.Options) (*proxy, *rabbitmq.Backend, string) {
 	t.Helper()
 	proxy := newProxy(t, "127.0.0.1:5672")
 	prefix := unique(name)
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
-	opts.Logger = slog.New(slog.DiscardHandler)
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
 	b, err := rabbitmq.Dial(t.Context(), "amqp://guest:guest@"+proxy.addr+"/", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -565,6 +638,7 @@ type proxy struct {
 	slow     atomic.Bool   // see throttle
 	accepted atomic.Int64  // connections the proxy took
 	held     chan struct{} // a token each time bytes to the broker wait in a stall
+	trap     atomic.Pointer[declareTrap]
 }
 
 // stall holds every byte on its way to the broker, as a congested network
@@ -631,6 +705,80 @@ func (p *proxy) mute() (unmute func()) {
 // throttle makes the way to the broker a slow network: 32 KiB every 10ms.
 func (p *proxy) throttle() { p.slow.Store(true) }
 
+// declareTrap is blockAtDeclare's: armed, then sprung, then answered.
+type declareTrap struct {
+	state    atomic.Int32
+	sprung   chan struct{}
+	answered chan struct{}
+}
+
+// blockAtDeclare arms a trap: at the next queue.declare a client sends, the
+// proxy tells that client its connection is blocked (connection.blocked,
+// as a broker does in a resource alarm, here without one), then lets the
+// declare go on to the broker, which answers it. sprung is closed when the
+// client has been told, answered when the broker's answer to that declare
+// has gone to the client. The broker lifts no such block: the client
+// waits for it as long as the connection lasts. Like mute, it writes to
+// the client between the broker's frames only while the broker has
+// nothing else to send: a client waiting for its declare's answer.
+func (p *proxy) blockAtDeclare() (sprung, answered <-chan struct{}) {
+	trap := &declareTrap{sprung: make(chan struct{}), answered: make(chan struct{})}
+	p.trap.Store(trap)
+	return trap.sprung, trap.answered
+}
+
+// connectionBlocked is the method frame connection.blocked (class 10,
+// method 60) on channel 0, with the reason "test".
+var connectionBlocked = []byte{1, 0, 0, 0, 0, 0, 9, 0, 10, 0, 60, 4, 't', 'e', 's', 't', 0xCE}
+
+func (p *proxy) springTrap(client net.Conn) {
+	if trap := p.trap.Load(); trap != nil && trap.state.CompareAndSwap(0, 1) {
+		_, _ = client.Write(connectionBlocked)
+		close(trap.sprung)
+	}
+}
+
+func (p *proxy) trapAnswered() {
+	if trap := p.trap.Load(); trap != nil && trap.state.CompareAndSwap(1, 2) {
+		close(trap.answered)
+	}
+}
+
+// frameScan follows one direction of an AMQP connection frame by frame
+// and calls method with the class and method ids of each method frame.
+type frameScan struct {
+	skip   int    // bytes to pass before the next frame's header
+	hdr    []byte // the frame header read so far (type, channel, size; then a method's class and id)
+	method func(class, id uint16)
+}
+
+func (f *frameScan) scan(b []byte) {
+	for len(b) > 0 {
+		if f.skip > 0 {
+			n := min(f.skip, len(b))
+			f.skip -= n
+			b = b[n:]
+			continue
+		}
+		want := 7
+		if len(f.hdr) >= 7 && f.hdr[0] == 1 { // a method frame: its ids too
+			want = 11
+		}
+		n := min(want-len(f.hdr), len(b))
+		f.hdr = append(f.hdr, b[:n]...)
+		b = b[n:]
+		if len(f.hdr) < want || (want == 7 && f.hdr[0] == 1) {
+			continue
+		}
+		size := int(binary.BigEndian.Uint32(f.hdr[3:7]))
+		f.skip = size + 1 - (len(f.hdr) - 7) // the rest of the payload, and the frame end
+		if len(f.hdr) == 11 && f.method != nil {
+			f.method(binary.BigEndian.Uint16(f.hdr[7:9]), binary.BigEndian.Uint16(f.hdr[9:11]))
+		}
+		f.hdr = f.hdr[:0]
+	}
+}
+
 // trickle writes b to w at throttle's pace.
 func (p *proxy) trickle(w io.Writer, b []byte) (int, error) {
 	tick := time.NewTicker(10 * time.Millisecond)
@@ -650,14 +798,16 @@ func (p *proxy) trickle(w io.Writer, b []byte) (int, error) {
 
 // toClient forwards the broker's bytes to the client until mute.
 type toClient struct {
-	p *proxy
-	w io.Writer
+	p      *proxy
+	w      io.Writer
+	frames frameScan
 }
 
-func (t toClient) Write(b []byte) (int, error) {
+func (t *toClient) Write(b []byte) (int, error) {
 	if t.p.muted.Load() {
 		return len(b), nil // dropped
 	}
+	t.frames.scan(b)
 	return t.w.Write(b)
 }
 
@@ -672,11 +822,13 @@ func (p *proxy) cutAfter(n int64) <-chan struct{} {
 
 // toBroker counts bytes on their way to the broker for cutAfter.
 type toBroker struct {
-	p *proxy
-	w io.Writer
+	p      *proxy
+	w      io.Writer
+	frames frameScan
 }
 
-func (t toBroker) Write(b []byte) (int, error) {
+func (t *toBroker) Write(b []byte) (int, error) {
+	t.frames.scan(b)
 	t.p.mu.Lock()
 	gate := t.p.gate
 	t.p.mu.Unlock()
@@ -742,8 +894,19 @@ func (p *proxy) serve(l net.Listener) {
 			p.mu.Lock()
 			p.conns = append(p.conns, c, up)
 			p.mu.Unlock()
-			p.wg.Go(func() { _, _ = io.Copy(toBroker{p, up}, c); up.Close() })
-			p.wg.Go(func() { _, _ = io.Copy(toClient{p, c}, up); c.Close() })
+			// The client's stream opens with the 8-byte protocol header.
+			toB := &toBroker{p: p, w: up, frames: frameScan{skip: 8, method: func(class, id uint16) {
+				if class == 50 && id == 10 { // queue.declare
+					p.springTrap(c)
+				}
+			}}}
+			toC := &toClient{p: p, w: c, frames: frameScan{method: func(class, id uint16) {
+				if class == 50 && id == 11 { // queue.declare-ok
+					p.trapAnswered()
+				}
+			}}}
+			p.wg.Go(func() { _, _ = io.Copy(toB, c); up.Close() })
+			p.wg.Go(func() { _, _ = io.Copy(toC, up); c.Close() })
 		}
 	})
 }
