@@ -444,6 +444,31 @@ func TestCallsTheBrokerDoesNotTakeEndSoonAfterTheirCtx(t *testing.T) {
 	}
 }
 
+// TestARequestTheBrokerTakesButNeverAnswersEndsAtTheCap: a broker that
+// takes the connection's bytes (the client's heartbeats, one a second,
+// keep its socket moving) but answers nothing holds a declare past its ctx
+// only until the answer cap (3 s here; 30 s in production), not for as
+// long as the socket moves.
+func TestARequestTheBrokerTakesButNeverAnswersEndsAtTheCap(t *testing.T) {
+	rabbitmq.SetAnswerCap(t, 3*time.Second)
+	proxy, b, queue := dialThroughProxy(t, "answer-cap", &rabbitmq.Options{Heartbeat: time.Second})
+	proxy.mute()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	start := time.Now()
+	err := b.Declare(ctx, broker.QueueSpec{Name: queue + "2", Durable: true})
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "neither took it nor answered") {
+		t.Fatalf("Declare = %v, want the guard's error, wrapping context.DeadlineExceeded", err)
+	}
+	// The ctx's 1 s, then the cap, looked at every 2 s (the grace): 5 s. A
+	// socket that took nothing would have been given up at 3 s.
+	if took < 4*time.Second || took > 9*time.Second {
+		t.Errorf("Declare returned after %v, want about 5 s: 1 s of ctx and the 3 s cap, checked at the 2 s grace", took.Round(time.Millisecond))
+	}
+	t.Logf("Declare returned after %v: %v", took.Round(time.Millisecond), err)
+}
+
 // TestAPublishThatMovesIsNotCutOff: a big publish on a slow network is
 // still being written long after its ctx (500ms) ended; as long as the
 // socket takes bytes the connection is not given up, and the broker gets
@@ -665,9 +690,11 @@ var heartbeatFrame = []byte{8, 0, 0, 0, 0, 0, 0, 0xCE}
 // and the proxy sends the client a heartbeat every 50ms instead, until
 // unmute (or the end of the test). A broker that blocks a connection (a
 // resource alarm) behaves so: it sends heartbeats, reads nothing and
-// answers nothing. Call it while the connection is idle, so that no frame
-// of the broker's is cut in half. unmute cuts the connections, which the
-// client then dials again through a proxy that forwards as before.
+// answers nothing. The broker behind may drop the connection meanwhile
+// (it misses the client's heartbeats); the client does not see it. Call it
+// while the connection is idle, so that no frame of the broker's is cut in
+// half. unmute cuts the connections, which the client then dials again
+// through a proxy that forwards as before.
 func (p *proxy) mute() (unmute func()) {
 	release := p.stall()
 	p.muted.Store(true)
@@ -906,7 +933,12 @@ func (p *proxy) serve(l net.Listener) {
 				}
 			}}}
 			p.wg.Go(func() { _, _ = io.Copy(toB, c); up.Close() })
-			p.wg.Go(func() { _, _ = io.Copy(toC, up); c.Close() })
+			p.wg.Go(func() {
+				_, _ = io.Copy(toC, up)
+				if !p.muted.Load() { // a muted broker stays alive to its client until unmute
+					c.Close()
+				}
+			})
 		}
 	})
 }
