@@ -12,8 +12,8 @@ var (
 	// ErrUnknownQueue: the job's queue is not part of the QueueSet, or a wait
 	// was asked on a backend through which the queue was never declared.
 	ErrUnknownQueue = broker.ErrUnknownQueue
-	// ErrDelayTooLong: a delay beyond the longest hold (2^31-1 ms, about 24.8
-	// days) is refused rather than shortened.
+	// ErrDelayTooLong: a delay that rounds up past the longest hold (2^31-1
+	// ms, about 24.8 days) is refused rather than shortened.
 	ErrDelayTooLong = broker.ErrDelayTooLong
 	// ErrInvalidDelay: a negative delay.
 	ErrInvalidDelay = broker.ErrInvalidDelay

@@ -213,6 +213,83 @@ func TestPerJobRetryPolicyOverridesTheQueue(t *testing.T) {
 	})
 }
 
+// A backoff longer than the longest hold waits the longest hold at the
+// retry granularity (24.8 days less the rounding), as Backoff.Max says, and
+// the job goes on to its next attempt and, once they are used up, to the
+// dead letters; it is not refused over and over.
+func TestABackoffLongerThanTheLongestHoldWaitsTheLongestHold(t *testing.T) {
+	logs := &logRecorder{}
+	clocktest.Run(t, app, &clocktest.Options{Logger: slog.New(logs)}, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j patientJob, jc queuey.JobContext) error {
+			return j.run(ctx, h.Clock, jc)
+		}))
+		id := mustID(t)(h.Producer.Enqueue(t.Context(), patientJob{plan{Name: "p", Fail: 99}}))
+		h.Advance(60 * 24 * time.Hour)
+		runs := h.Log.Of(id)
+		wantShapes(t, runs, shape{1, 0, 0}, shape{2, 0, 0}, shape{3, 0, 0})
+		longest := broker.LongestHold(time.Second)
+		if longest != 2147483*time.Second {
+			t.Errorf("LongestHold(1s) = %v, want 2147483s", longest)
+		}
+		for i := 1; i < len(runs); i++ {
+			if got := runs[i].At.Sub(runs[i-1].At); got != longest {
+				t.Errorf("run %d came %v after run %d, want the longest hold, %v", i+1, got, i, longest)
+			}
+		}
+		dead := h.Backend.DeadLetters(qAlpha)
+		if len(dead) != 1 || !strings.Contains(dead[0].Reason, "max attempts (3) exhausted") {
+			t.Errorf("dead letters: %+v, want the job, its attempts exhausted", dead)
+		}
+		if got := h.Worker.SettleFailures(); got != 0 {
+			t.Errorf("settle failures: %d, want 0", got)
+		}
+		// The log says the capped backoff, and what the job waits.
+		delay, _ := logs.attrOf("job failed; retrying", "delay")
+		waits, _ := logs.attrOf("job failed; retrying", "waits")
+		if delay != longest.String() || waits != longest.String() {
+			t.Errorf("retry logged delay=%q waits=%q, want %v for both", delay, waits, longest)
+		}
+	})
+}
+
+// A zero backoff logs a zero delay and the one step the job waits.
+func TestAZeroBackoffLogsTheStepItWaits(t *testing.T) {
+	logs := &logRecorder{}
+	clocktest.Run(t, app, &clocktest.Options{Logger: slog.New(logs)}, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j eagerJob, jc queuey.JobContext) error {
+			return j.run(ctx, h.Clock, jc)
+		}))
+		id := mustID(t)(h.Producer.Enqueue(t.Context(), eagerJob{plan{Name: "e", Fail: 1}}))
+		h.Advance(time.Minute)
+		runs := h.Log.Of(id)
+		wantShapes(t, runs, shape{1, 0, 0}, shape{2, 0, 0})
+		if len(runs) == 2 && runs[1].At.Sub(runs[0].At) != time.Second {
+			t.Errorf("retry came %v after the first run, want one step, 1s", runs[1].At.Sub(runs[0].At))
+		}
+		delay, _ := logs.attrOf("job failed; retrying", "delay")
+		waits, _ := logs.attrOf("job failed; retrying", "waits")
+		if delay != "0s" || waits != "1s" {
+			t.Errorf("retry logged delay=%q waits=%q, want 0s and 1s", delay, waits)
+		}
+	})
+}
+
+// eagerJob lives on alpha but retries with a zero backoff.
+type eagerJob struct{ plan }
+
+func (eagerJob) Kind() string                    { return "eager" }
+func (eagerJob) Queue() queuey.Queue             { return alpha }
+func (eagerJob) RetryPolicy() queuey.RetryPolicy { return queuey.RetryPolicy{MaxAttempts: 2} }
+
+// patientJob lives on alpha but retries 30 days apart, past the longest hold.
+type patientJob struct{ plan }
+
+func (patientJob) Kind() string        { return "patient" }
+func (patientJob) Queue() queuey.Queue { return alpha }
+func (patientJob) RetryPolicy() queuey.RetryPolicy {
+	return queuey.RetryPolicy{MaxAttempts: 3, Backoff: queuey.Backoff{Base: 30 * 24 * time.Hour}}
+}
+
 // stubbornJob lives on beta (no retries) but asks for two attempts 5 s apart.
 type stubbornJob struct{ plan }
 

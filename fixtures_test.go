@@ -123,13 +123,19 @@ type logRecorder struct {
 type logLine struct {
 	Level slog.Level
 	Msg   string
+	Attrs map[string]string // each attribute's value, as text
 }
 
 func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
 func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
+	attrs := map[string]string{}
+	rec.Attrs(func(a slog.Attr) bool {
+		attrs[a.Key] = a.Value.String()
+		return true
+	})
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.lines = append(r.lines, logLine{rec.Level, rec.Message})
+	r.lines = append(r.lines, logLine{rec.Level, rec.Message, attrs})
 	return nil
 }
 func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
@@ -145,6 +151,19 @@ func (r *logRecorder) levelOf(msg string) (slog.Level, bool) {
 		}
 	}
 	return 0, false
+}
+
+// attrOf returns the attribute key of the first line with msg.
+func (r *logRecorder) attrOf(msg, key string) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range r.lines {
+		if l.Msg == msg {
+			v, ok := l.Attrs[key]
+			return v, ok
+		}
+	}
+	return "", false
 }
 
 // worst is the highest level logged.

@@ -100,7 +100,8 @@ type Outcome struct {
 	Result Result
 	// Err is the handler's error (nil on success and deferral).
 	Err error
-	// Delay is a retry's backoff or a deferral's delay.
+	// Delay is a retry's backoff or a deferral's delay, as asked; the job
+	// waits it rounded up to the granularity (a zero delay waits one step).
 	Delay time.Duration
 	// Reason is a deferral's or a dead letter's reason.
 	Reason string

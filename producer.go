@@ -214,8 +214,9 @@ func (p *Producer) publishBatch(ctx context.Context, bp broker.BatchPublisher, j
 
 // EnqueueAfter publishes job to wait d (rounded up to the queue set's
 // RetryGranularity, never early) and then join the back of its queue at
-// priority 0. A delay over the longest hold (~24.8 days) is refused with
-// ErrDelayTooLong; nothing is published.
+// priority 0. A delay that rounds up past the longest hold (~24.8 days;
+// broker.LongestHold) is refused with ErrDelayTooLong; nothing is
+// published.
 func (p *Producer) EnqueueAfter(ctx context.Context, job Job, d time.Duration, opts ...EnqueueOption) (string, error) {
 	env, _, err := p.envelope(job, opts)
 	if err != nil {

@@ -610,7 +610,8 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 		}
 		out = w.republished(log, d, "defer", err, Outcome{Result: Deferred, Delay: def.Delay, Reason: def.Reason, PausedUntil: pausedUntil})
 		if out.SettleErr == nil {
-			log.Info("job deferred", "delay", def.Delay, "reason", def.Reason, "deferrals", next.Deferrals)
+			wait, _ := broker.HoldTTL(def.Delay, w.set.deferGranularity)
+			log.Info("job deferred", "delay", def.Delay, "waits", wait, "reason", def.Reason, "deferrals", next.Deferrals)
 		}
 	case outcomeFatal:
 		log.Error("job failed fatally", "error", err)
@@ -621,6 +622,9 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 		out = w.deadLetter(ctx, log, d, original(), CauseFatal, "fatal error: "+cause.Error(), err, jc)
 	case outcomeRetry:
 		delay, again := policy.Decide(jc.Attempt)
+		// A backoff caps at the longest hold (Backoff.Max), which the
+		// rounding to the retry granularity must not push past the limit.
+		delay = min(delay, broker.LongestHold(w.set.retryGranularity))
 		if !again {
 			log.Error("job failed; giving up", "error", err, "max_attempts", jc.MaxAttempts)
 			out = w.deadLetter(ctx, log, d, original(), CauseExhausted, fmt.Sprintf("max attempts (%d) exhausted after attempt %d: %v",
@@ -630,7 +634,8 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 		err2 := w.republish(ctx, hold, OpRetry, env.NextAttempt(), delay, holdRetry)
 		out = w.republished(log, d, "retry", err2, Outcome{Result: Retried, Err: err, Delay: delay, NextAttempt: jc.Attempt + 1})
 		if out.SettleErr == nil {
-			log.Warn("job failed; retrying", "error", err, "delay", delay, "next_attempt", jc.Attempt+1)
+			wait, _ := broker.HoldTTL(delay, w.set.retryGranularity)
+			log.Warn("job failed; retrying", "error", err, "delay", delay, "waits", wait, "next_attempt", jc.Attempt+1)
 		}
 	}
 	if err != nil {

@@ -17,7 +17,9 @@ type Backoff struct {
 	// Factor multiplies the wait per further failed attempt. 0, 1, a
 	// negative, NaN or infinite factor keeps the wait at Base (fixed).
 	Factor float64
-	// Max caps the wait. 0 caps it only at the longest hold (~24.8 days).
+	// Max caps the wait. 0 caps it only at the longest hold (~24.8 days):
+	// broker.LongestHold of the queue set's RetryGranularity, where the
+	// worker caps every retry's wait.
 	Max time.Duration
 	// Jitter draws the wait uniformly from [0, computed] ("full jitter"),
 	// so failures of many jobs at once do not retry in lockstep.

@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -75,16 +76,24 @@ var (
 type DelayError struct {
 	// Delay is the delay that was asked for, before rounding.
 	Delay time.Duration
+	// Rounded is Delay rounded up to the granularity: the hold it would
+	// take (0 for a negative delay).
+	Rounded time.Duration
 	// Max is the longest wait a hold queue takes (MaxHoldMs).
 	Max time.Duration
 	// Err is the sentinel: ErrDelayTooLong or ErrInvalidDelay.
 	Err error
 }
 
-// Error says what was refused and why; the too-long text is the Rust crate's.
+// Error says what was refused and why; the too-long text is the Rust
+// crate's, with the rounding when it is what crosses the limit.
 func (e *DelayError) Error() string {
 	if errors.Is(e.Err, ErrInvalidDelay) {
 		return fmt.Sprintf("delay of %v is negative", e.Delay)
+	}
+	if e.Delay <= e.Max {
+		return fmt.Sprintf("delay of %v rounds up to %v, longer than a hold queue can wait (%v); it was refused rather than released early",
+			e.Delay, e.Rounded, e.Max)
 	}
 	return fmt.Sprintf("delay of %v is longer than a hold queue can wait (%v); it was refused rather than released early", e.Delay, e.Max)
 }
@@ -181,9 +190,18 @@ func HoldTTL(delay, granularity time.Duration) (time.Duration, error) {
 	}
 	ttl := max(step, steps*step)
 	if ttl > MaxHoldMs {
-		return 0, &DelayError{Delay: delay, Max: maxHold, Err: ErrDelayTooLong}
+		return 0, &DelayError{Delay: delay, Rounded: time.Duration(min(ttl, math.MaxInt64/int64(time.Millisecond))) * time.Millisecond,
+			Max: maxHold, Err: ErrDelayTooLong}
 	}
 	return time.Duration(ttl) * time.Millisecond, nil
+}
+
+// LongestHold is the longest delay HoldTTL takes at granularity: MaxHoldMs
+// rounded down to a whole step (2,147,483 s at a 1 s step), since a longer
+// delay rounds up past MaxHoldMs.
+func LongestHold(granularity time.Duration) time.Duration {
+	step := min(max(ceilMs(granularity), 1), MaxHoldMs)
+	return time.Duration(MaxHoldMs/step*step) * time.Millisecond
 }
 
 // HoldQueueArgs are the declare arguments of HoldQueueName(queue, ttl). They

@@ -61,6 +61,7 @@ func TestHoldTTLRefuses(t *testing.T) {
 		delay       time.Duration
 		granularity time.Duration
 		wantErr     error
+		wantRounded time.Duration
 		wantText    string
 	}{
 		{
@@ -68,6 +69,7 @@ func TestHoldTTLRefuses(t *testing.T) {
 			delay:       30 * day,
 			granularity: time.Second,
 			wantErr:     broker.ErrDelayTooLong,
+			wantRounded: 30 * day,
 			wantText:    "delay of 720h0m0s is longer than a hold queue can wait (596h31m23.647s); it was refused rather than released early",
 		},
 		{
@@ -75,13 +77,15 @@ func TestHoldTTLRefuses(t *testing.T) {
 			delay:       (broker.MaxHoldMs - 1) * time.Millisecond,
 			granularity: time.Second,
 			wantErr:     broker.ErrDelayTooLong,
-			wantText:    "delay of 596h31m23.646s is longer than a hold queue can wait (596h31m23.647s); it was refused rather than released early",
+			wantRounded: 2147484 * time.Second,
+			wantText:    "delay of 596h31m23.646s rounds up to 596h31m24s, longer than a hold queue can wait (596h31m23.647s); it was refused rather than released early",
 		},
 		{
 			name:        "25 days",
 			delay:       25 * day,
 			granularity: time.Millisecond,
 			wantErr:     broker.ErrDelayTooLong,
+			wantRounded: 25 * day,
 			wantText:    "delay of 600h0m0s is longer than a hold queue can wait (596h31m23.647s); it was refused rather than released early",
 		},
 		{
@@ -89,6 +93,7 @@ func TestHoldTTLRefuses(t *testing.T) {
 			delay:       broker.MaxHoldMs*time.Millisecond + 1,
 			granularity: 0,
 			wantErr:     broker.ErrDelayTooLong,
+			wantRounded: (broker.MaxHoldMs + 1) * time.Millisecond,
 			wantText:    "delay of 596h31m23.647000001s is longer than a hold queue can wait (596h31m23.647s); it was refused rather than released early",
 		},
 		{
@@ -96,6 +101,7 @@ func TestHoldTTLRefuses(t *testing.T) {
 			delay:       time.Duration(math.MaxInt64),
 			granularity: time.Second,
 			wantErr:     broker.ErrDelayTooLong,
+			wantRounded: math.MaxInt64 / time.Millisecond * time.Millisecond, // the longest whole-ms Duration
 			wantText:    "delay of 2562047h47m16.854775807s is longer than a hold queue can wait (596h31m23.647s); it was refused rather than released early",
 		},
 		{
@@ -119,7 +125,7 @@ func TestHoldTTLRefuses(t *testing.T) {
 			if !errors.As(err, &derr) {
 				t.Fatalf("HoldTTL(%v, %v) error = %T, want *broker.DelayError", tt.delay, tt.granularity, err)
 			}
-			want := broker.DelayError{Delay: tt.delay, Max: broker.MaxHoldMs * time.Millisecond, Err: tt.wantErr}
+			want := broker.DelayError{Delay: tt.delay, Rounded: tt.wantRounded, Max: broker.MaxHoldMs * time.Millisecond, Err: tt.wantErr}
 			if diff := cmp.Diff(want, *derr, cmp.Comparer(func(a, b error) bool { return a == b })); diff != "" {
 				t.Errorf("DelayError mismatch (-want +got):\n%s", diff)
 			}
@@ -127,6 +133,34 @@ func TestHoldTTLRefuses(t *testing.T) {
 				t.Errorf("Error() = %q, want %q", got, tt.wantText)
 			}
 		})
+	}
+}
+
+// LongestHold is the longest delay HoldTTL takes at a granularity: it
+// takes that, and refuses a nanosecond more.
+func TestLongestHold(t *testing.T) {
+	for _, tt := range []struct {
+		granularity, want time.Duration
+	}{
+		{0, broker.MaxHoldMs * time.Millisecond},
+		{time.Millisecond, broker.MaxHoldMs * time.Millisecond},
+		{250 * time.Millisecond, 2147483500 * time.Millisecond},
+		{time.Second, 2147483 * time.Second},
+		{7 * time.Second, 2147481 * time.Second},
+		{time.Hour, 596 * time.Hour},
+		{broker.MaxHoldMs * time.Millisecond, broker.MaxHoldMs * time.Millisecond},
+		{time.Duration(math.MaxInt64), broker.MaxHoldMs * time.Millisecond},
+	} {
+		got := broker.LongestHold(tt.granularity)
+		if got != tt.want {
+			t.Errorf("LongestHold(%v) = %v, want %v", tt.granularity, got, tt.want)
+		}
+		if ttl, err := broker.HoldTTL(got, tt.granularity); err != nil || ttl != got {
+			t.Errorf("HoldTTL(LongestHold(%v)) = %v, %v; want it unchanged", tt.granularity, ttl, err)
+		}
+		if _, err := broker.HoldTTL(got+1, tt.granularity); !errors.Is(err, broker.ErrDelayTooLong) {
+			t.Errorf("HoldTTL(LongestHold(%v) + 1ns) = %v, want ErrDelayTooLong", tt.granularity, err)
+		}
 	}
 }
 
