@@ -37,4 +37,7 @@ var (
 	ErrWorkerStarted = errors.New("queuey: worker already started")
 	// ErrWorkerStopped: a worker runs once.
 	ErrWorkerStopped = errors.New("queuey: worker already ran")
+	// ErrHandlersStillRunning: Run returned while handlers that ignored
+	// their cancelled ctx still ran (see Worker.Run).
+	ErrHandlersStillRunning = errors.New("queuey: handlers still running after the worker stopped")
 )

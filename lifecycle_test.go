@@ -102,6 +102,48 @@ func TestShutdownCancelsHandlersThatOutliveTheTimeout(t *testing.T) {
 	})
 }
 
+// A handler that ignores its ctx cannot be stopped: Run waits the shutdown
+// timeout, cancels it, waits as long again, then returns
+// ErrHandlersStillRunning instead of waiting for ever; the job, never
+// settled, comes back.
+func TestAHandlerThatIgnoresItsCtxIsAbandonedAfterTwiceTheShutdownTimeout(t *testing.T) {
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{ShutdownTimeout: 5 * time.Second}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		release := make(chan struct{})
+		running := make(chan struct{})
+		must(t, queuey.Handle(h.Worker, func(context.Context, deafJob, queuey.JobContext) error {
+			close(running)
+			<-release // deaf to its ctx
+			return nil
+		}))
+		mustID(t)(h.Producer.Enqueue(t.Context(), deafJob{}))
+		h.Start()
+		<-running
+		start := h.Clock.Now()
+		err := h.Stop()
+		if !errors.Is(err, queuey.ErrHandlersStillRunning) {
+			t.Errorf("Stop: %v, want ErrHandlersStillRunning", err)
+		}
+		if took := h.Clock.Since(start); took < 10*time.Second || took > 12*time.Second {
+			t.Errorf("stop took %v of virtual time, want about twice the 5s shutdown timeout", took)
+		}
+		if got := h.Backend.Pending(qAlpha); got != 1 {
+			t.Errorf("pending after stop: got %d, want the abandoned job back", got)
+		}
+		close(release)
+		h.Idle() // the abandoned handler returns; its late ack is refused
+		if got := h.Backend.Pending(qAlpha); got != 1 {
+			t.Errorf("pending after the abandoned handler returned: got %d, want the job still there", got)
+		}
+	})
+}
+
+// deafJob's handler in the test above ignores its ctx.
+type deafJob struct{}
+
+func (deafJob) Kind() string        { return "deaf" }
+func (deafJob) Queue() queuey.Queue { return alpha }
+
 // Scenario 10: a queue actor whose consumer is lost crashes; its supervisor
 // starts it again and no job is lost.
 func TestACrashedQueueActorIsRestartedWithoutLosingAJob(t *testing.T) {

@@ -270,7 +270,9 @@ func isSuspect(d broker.Delivery) bool {
 // cancels what runs after ShutdownTimeout (hardStop).
 func (a *queueActor) isolate(ctx context.Context, hardStop func(), suspect broker.Delivery, leftovers []broker.Delivery) time.Time {
 	var resume time.Time
-	a.waitFor(nil, doneWhen(func() { resume = a.runIsolated(ctx, suspect, leftovers) }), hardStop)
+	if !a.waitFor(nil, doneWhen(func() { resume = a.runIsolated(ctx, suspect, leftovers) }), hardStop) {
+		return time.Time{} // abandoned: resume may yet be written
+	}
 	return resume
 }
 
@@ -419,11 +421,15 @@ func doneWhen(wait func()) <-chan struct{} {
 // waitFor waits for done: handlers running to their end. A pause, or a
 // suspect about to run alone, lets them finish however long they take;
 // once the worker stops (a.stopping, or stop), they have ShutdownTimeout
-// from then, and then hardStop cancels their ctx and they are waited for.
-func (a *queueActor) waitFor(stop, done <-chan struct{}, hardStop func()) {
+// from then, then hardStop cancels their ctx and they have ShutdownTimeout
+// more to return. Handlers still running then ignore their ctx, and no
+// one can stop a goroutine from outside: they are abandoned (logged, and
+// counted for Run's ErrHandlersStillRunning), their jobs left unsettled
+// for the broker to hand out again. It reports whether done came.
+func (a *queueActor) waitFor(stop, done <-chan struct{}, hardStop func()) bool {
 	select {
 	case <-done:
-		return
+		return true
 	case <-a.stopping.Done():
 	case <-stop:
 	}
@@ -431,12 +437,21 @@ func (a *queueActor) waitFor(stop, done <-chan struct{}, hardStop func()) {
 	defer timer.Stop()
 	select {
 	case <-done:
-		return
+		return true
 	case <-timer.C:
 	}
 	a.w.log.Warn("shutdown timeout: cancelling running handlers", "queue", a.q.broker, "timeout", a.w.shutdownTimeout)
 	hardStop()
-	<-done
+	timer.Reset(a.w.shutdownTimeout)
+	select {
+	case <-done:
+		return true
+	case <-timer.C:
+	}
+	a.w.log.Error("handlers ignored their cancelled ctx; abandoning them, their jobs unsettled (the broker hands them out again)",
+		"queue", a.q.broker, "waited_after_cancel", a.w.shutdownTimeout)
+	a.w.abandoned.Add(1)
+	return false
 }
 
 func requeue(d broker.Delivery, log jobLog) {

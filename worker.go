@@ -38,7 +38,8 @@ type WorkerConfig struct {
 	// JobTimeout is the timeout of queues that set none. Default: none.
 	JobTimeout time.Duration
 	// ShutdownTimeout bounds the wait for running handlers once Run's ctx
-	// ends; then their ctx is cancelled. Default DefaultShutdownTimeout.
+	// ends; then their ctx is cancelled, and they have as long again to
+	// return (see Run). Default DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 	// Middleware wraps every handler run, the first outermost.
 	Middleware []Middleware
@@ -100,6 +101,7 @@ type Worker struct {
 	slots          *semaphore.Weighted
 	settleFailures atomic.Uint64
 	orphans        sync.WaitGroup // handlers cancelled after their consumer was lost
+	abandoned      atomic.Int64   // queues (and orphans) whose handlers a stop gave up on
 
 	mu       sync.Mutex
 	state    workerState
@@ -257,8 +259,11 @@ func Register[T Job](w *Worker, h Handler[T]) (err error) {
 // Run declares the consumed queues, starts one supervised queue actor per
 // queue and the hold actor, and runs jobs until ctx ends. Then it stops
 // gracefully: it stops pulling, gives deliveries not yet started back to the
-// broker, waits up to ShutdownTimeout for running handlers (then cancels
-// their ctx and waits for them to return), and returns nil.
+// broker, waits up to ShutdownTimeout for running handlers, then cancels
+// their ctx and waits up to ShutdownTimeout more for them to return, and
+// returns nil. A handler that ignores its cancelled ctx cannot be stopped:
+// Run then returns ErrHandlersStillRunning, leaving it running, its job
+// unsettled (the broker hands it out again; at least once).
 //
 // It returns an error when it cannot start, when the backend is closed
 // under it, or when a queue actor crashes more often than its supervisor
@@ -299,20 +304,41 @@ func (w *Worker) Run(ctx context.Context) error {
 		children = append(children, supervisor.Child{Name: "queue:" + q.broker, Run: a.Run, Restart: supervisor.Permanent})
 	}
 	sup := supervisor.New(supervisor.Spec{
-		Name:            "worker",
-		Clock:           w.clock,
-		Logger:          w.log,
-		ShutdownTimeout: 2 * w.shutdownTimeout,
+		Name:   "worker",
+		Clock:  w.clock,
+		Logger: w.log,
+		// A queue actor gives its handlers 2×ShutdownTimeout (waitFor); this
+		// is a backstop.
+		ShutdownTimeout: 3 * w.shutdownTimeout,
 	}, children...)
 
 	w.log.Info("worker starting", "queues", len(w.queues), "concurrency", w.concurrency, "handlers", len(w.handlers))
 	err := sup.Run(ctx)
-	w.orphans.Wait()
+	w.waitOrphans()
 	if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, ctx.Err()) {
 		err = cause
 	}
+	if n := w.abandoned.Load(); n > 0 && err == nil {
+		err = fmt.Errorf("%w: in %d queue(s), after ShutdownTimeout (%v) and their ctx's cancellation; their jobs were not settled, and the broker hands them out again",
+			ErrHandlersStillRunning, n, w.shutdownTimeout)
+	}
 	w.log.Info("worker stopped", "settle_failures", w.SettleFailures(), "error", err)
 	return err
+}
+
+// waitOrphans waits for the handlers cancelled when their consumer was
+// lost, ShutdownTimeout at most: one that ignores its ctx is abandoned as
+// in waitFor.
+func (w *Worker) waitOrphans() {
+	done := doneWhen(w.orphans.Wait)
+	timer := w.clock.Timer(w.shutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		w.log.Error("handlers cancelled when their consumer was lost ignored their ctx; abandoning them", "waited", w.shutdownTimeout)
+		w.abandoned.Add(1)
+	}
 }
 
 // SetQueueRetryPolicy replaces, while the worker runs, the retry policy of
