@@ -78,8 +78,11 @@ func (c *connection) close() {
 }
 
 // dial opens one connection named name, or says clearly why it could not.
+// ctx bounds the whole of it, the AMQP handshake included, which amqp091
+// runs without one.
 func (b *Backend) dial(ctx context.Context, name string) (*connection, error) {
 	var socket *countedConn
+	var unwatch func() bool // ends the handshake's watch of ctx
 	cfg := amqp.Config{
 		Heartbeat:       b.opts.Heartbeat,
 		Locale:          "en_US",
@@ -99,13 +102,24 @@ func (b *Backend) dial(ctx context.Context, name string) (*connection, error) {
 				conn.Close()
 				return nil, err
 			}
+			// ctx's end fails the handshake's reads and writes at once.
+			unwatch = context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 			socket = &countedConn{Conn: conn}
 			return socket, nil
 		},
 	}
 	conn, err := amqp.DialConfig(b.url, cfg)
+	if unwatch != nil && !unwatch() && err == nil {
+		// ctx ended as the handshake did: the socket's deadline may be
+		// past, the connection unusable.
+		_ = conn.Close()
+		err = ctx.Err()
+	}
 	if err == nil {
 		return &connection{Connection: conn, socket: socket}, nil
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("rabbitmq: connect to %s: %w", b.safeURL, context.Cause(ctx))
 	}
 	var amqpErr *amqp.Error
 	switch {

@@ -71,6 +71,48 @@ func TestNoBrokerSaysHowToStartOne(t *testing.T) {
 	}
 }
 
+// TestDialEndsWithItsCtx: a peer that takes the connection and never
+// speaks AMQP holds the handshake, which amqp091 runs without a ctx, only
+// as long as Dial's ctx lasts; an ended ctx is what the error wraps.
+func TestDialEndsWithItsCtx(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted sync.WaitGroup
+	t.Cleanup(func() { l.Close(); accepted.Wait() })
+	accepted.Go(func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c) // silent
+		}
+	})
+	url := "amqp://guest:guest@" + l.Addr().String() + "/"
+
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = rabbitmq.Dial(ctx, url, nil)
+	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > 3*time.Second {
+		t.Errorf("Dial with a 500ms ctx to a silent peer = %v after %v, want context.DeadlineExceeded soon after 500ms", err, took.Round(time.Millisecond))
+	}
+
+	ended, cancel2 := context.WithCancel(t.Context())
+	cancel2()
+	if _, err = rabbitmq.Dial(ended, url, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("Dial with an ended ctx = %v, want context.Canceled", err)
+	}
+}
+
 func TestAMQPSVerifiesCertificatesByDefault(t *testing.T) {
 	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}})
 	if err != nil {
