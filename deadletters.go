@@ -20,6 +20,7 @@ type DeadLetters struct {
 	producer *Producer
 	set      *queueSet
 	clock    clock.Clock
+	turn     chan struct{} // one read of the dead letters at a time (walk)
 }
 
 // NewDeadLetters declares set's queues (as NewProducer does: a replay
@@ -29,7 +30,7 @@ func NewDeadLetters(ctx context.Context, backend broker.Backend, set QueueSet, c
 	if err != nil {
 		return nil, err
 	}
-	return &DeadLetters{backend: backend, producer: p, set: p.set, clock: p.clock}, nil
+	return &DeadLetters{backend: backend, producer: p, set: p.set, clock: p.clock, turn: make(chan struct{}, 1)}, nil
 }
 
 // DeadLetter is one message in a queue's dead letters.
@@ -86,8 +87,13 @@ func ByKind(kind string) func(DeadLetter) bool {
 func All() func(DeadLetter) bool { return func(DeadLetter) bool { return true } }
 
 // List returns the dead letters of the queue named name (Queue.Name),
-// oldest first, up to 65,535 of them. Reading them takes them off the dead-letter queue for a
-// moment; they all go back, in order, before List returns.
+// oldest first, up to 65,535 of them. Reading them takes them off the
+// dead-letter queue for a moment; they all go back, in order, before List
+// returns. Calls on one DeadLetters take turns; one that finds another
+// reader at the queue (another DeadLetters, another process) fails with
+// ErrInUse rather than return the part the other left.
+//
+// Every call of List, Show and Replay reads so.
 func (dl *DeadLetters) List(ctx context.Context, name string) ([]DeadLetter, error) {
 	var out []DeadLetter
 	err := dl.walk(ctx, name, func(d DeadLetter, _ broker.Delivery) (bool, error) {
@@ -169,25 +175,50 @@ func (dl *DeadLetters) Replay(ctx context.Context, name string, opts ReplayOptio
 // walk hands every dead letter of the queue named name to f, with its
 // delivery; f says whether it settled the delivery. Those it did not go
 // back to the dead-letter queue, in order, when walk returns.
+//
+// It reads as the dead-letter queue's only consumer (when the backend is
+// a broker.ExclusiveConsumer; both of queuey's are), so that two readers
+// do not split its messages and each take its part for the whole: a
+// queue another reader holds gives ErrInUse. Walks of one DeadLetters
+// take turns.
 func (dl *DeadLetters) walk(ctx context.Context, name string, f func(DeadLetter, broker.Delivery) (bool, error)) error {
 	q, ok := dl.set.byName[name]
 	if !ok {
 		return fmt.Errorf("%w: queue %q is not in the queue set", ErrUnknownQueue, name)
 	}
+	select {
+	case dl.turn <- struct{}{}:
+		defer func() { <-dl.turn }()
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for another read of the dead letters of %q to end: %w", name, ctx.Err())
+	}
 	dead := broker.DeadQueueName(q.broker)
 	n, err := dl.backend.Depth(ctx, dead)
-	if err != nil || n == 0 {
+	if err != nil {
 		return err
 	}
-	c, err := dl.backend.Consume(ctx, dead, min(n, 65535))
+	consume := dl.backend.Consume
+	if ex, ok := dl.backend.(broker.ExclusiveConsumer); ok {
+		consume = ex.ConsumeExclusive
+	} else if n == 0 {
+		return nil
+	}
+	// Even with nothing ready, the exclusive consume says whether another
+	// reader holds what there is.
+	c, err := consume(ctx, dead, max(1, min(n, 65535)))
+	if errors.Is(err, ErrInUse) {
+		return fmt.Errorf("%w: the dead letters of %q are being read elsewhere (List, Show or Replay, in this process or another); try again", err, name)
+	}
 	if err != nil {
 		return err
 	}
 	defer c.Cancel() // what was not settled goes back, in order
 	now := dl.clock.Now()
-	for range min(n, 65535) {
-		// Another reader may have taken some: give up waiting after a
-		// quiet spell rather than at ctx's end.
+	for read := range min(n, 65535) {
+		// They were counted ready: they come at once, unless someone took
+		// them meanwhile (a reader on a backend without exclusive
+		// consumers, a purge). Give up after a quiet spell, not at ctx's
+		// end, and say so rather than return part as if it were all.
 		idle := dl.clock.Timer(walkIdle)
 		select {
 		case del, ok := <-c.Deliveries():
@@ -199,7 +230,7 @@ func (dl *DeadLetters) walk(ctx context.Context, name string, f func(DeadLetter,
 				return err
 			}
 		case <-idle.C:
-			return nil
+			return fmt.Errorf("%w: read %d of the %d dead letters of %q; the others went elsewhere (another reader, or a purge)", ErrInUse, read, n, name)
 		case <-ctx.Done():
 			idle.Stop()
 			return ctx.Err()

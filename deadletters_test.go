@@ -3,7 +3,9 @@ package queuey_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,6 +110,73 @@ func TestAReplayThatCannotPublishLosesNothing(t *testing.T) {
 		}
 		if got := len(h.Backend.DeadLetters(qBeta)); got != 1 {
 			t.Errorf("dead letters after the failed replay: %d, want 1", got)
+		}
+	})
+}
+
+// Readers of the same dead letters at once: on one DeadLetters they take
+// turns, each seeing them all; a reader through another DeadLetters (in
+// another process, say) while one holds them is told ErrInUse, rather
+// than given the part the other left as if it were all (or "not found"
+// for one the other holds).
+func TestConcurrentDeadLetterReadersSeeThemAllOrAreToldTheyAreInUse(t *testing.T) {
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		ctx := t.Context()
+		handleAll(t, h.Worker, h.Clock)
+		var ids []string
+		for i := range 20 {
+			ids = append(ids, mustID(t)(h.Producer.Enqueue(ctx, betaJob{plan{Name: fmt.Sprint(i), Fatal: true}})))
+		}
+		h.Advance(time.Second)
+		if got := len(h.Backend.DeadLetters(qBeta)); got != 20 {
+			t.Fatalf("dead letters: %d, want 20", got)
+		}
+		dl, err := queuey.NewDeadLetters(ctx, h.Backend, app, &queuey.ProducerConfig{Clock: h.Clock})
+		must(t, err)
+
+		var wg sync.WaitGroup
+		sizes, errs := make([]int, 3), make([]error, 3)
+		for i := range 3 {
+			wg.Go(func() {
+				list, err := dl.List(ctx, "beta")
+				sizes[i], errs[i] = len(list), err
+			})
+		}
+		wg.Wait()
+		for i := range 3 {
+			if sizes[i] != 20 || errs[i] != nil {
+				t.Errorf("concurrent List %d: %d dead letters, %v; want all 20", i, sizes[i], errs[i])
+			}
+		}
+
+		// A replay holds the dead letters while it looks at the first.
+		looking, release := make(chan struct{}), make(chan struct{})
+		replayed := make(chan error, 1)
+		go func() {
+			first := true
+			_, err := dl.Replay(ctx, "beta", queuey.ReplayOptions{Select: func(queuey.DeadLetter) bool {
+				if first {
+					first = false
+					close(looking)
+					<-release
+				}
+				return false
+			}})
+			replayed <- err
+		}()
+		<-looking
+		other, err := queuey.NewDeadLetters(ctx, h.Backend, app, &queuey.ProducerConfig{Clock: h.Clock})
+		must(t, err)
+		if list, err := other.List(ctx, "beta"); !errors.Is(err, queuey.ErrInUse) {
+			t.Errorf("List beside a replay: %d dead letters, %v; want ErrInUse", len(list), err)
+		}
+		if _, err := other.Show(ctx, "beta", ids[7]); !errors.Is(err, queuey.ErrInUse) {
+			t.Errorf("Show beside a replay: %v, want ErrInUse", err)
+		}
+		close(release)
+		must(t, <-replayed)
+		if list, err := other.List(ctx, "beta"); err != nil || len(list) != 20 {
+			t.Errorf("List after the replay: %d dead letters, %v; want all 20", len(list), err)
 		}
 	})
 }

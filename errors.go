@@ -21,6 +21,9 @@ var (
 	ErrInvalidName = broker.ErrInvalidName
 	// ErrClosed: the backend was closed.
 	ErrClosed = broker.ErrClosed
+	// ErrInUse: a queue's dead letters were being read by another reader
+	// (DeadLetters).
+	ErrInUse = broker.ErrInUse
 
 	// ErrInvalidQueue: a Queue or QueueSet setting is out of range.
 	ErrInvalidQueue = errors.New("queuey: invalid queue configuration")

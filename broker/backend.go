@@ -30,6 +30,10 @@ var (
 	ErrStaleDelivery = errors.New("broker: delivery belongs to a consumer that has ended")
 	// ErrAlreadySettled: the delivery was acked, rejected or requeued before.
 	ErrAlreadySettled = errors.New("broker: delivery was already settled")
+	// ErrInUse: a consumer that must be alone on its queue
+	// (ExclusiveConsumer) found another there, or found one there first
+	// (RabbitMQ's ACCESS_REFUSED).
+	ErrInUse = errors.New("broker: queue is in use by another consumer")
 )
 
 // QueueSpec is what a backend needs to declare one work queue and its dead
@@ -128,6 +132,18 @@ type BatchPublisher interface {
 	// others. Messages may reach their queues, and be settled, out of
 	// order.
 	PublishBatch(ctx context.Context, msgs []Message, settled func(i int, err error))
+}
+
+// ExclusiveConsumer is a Backend that can consume a queue alone: the
+// dead-letter tools read a dead-letter queue so, so that two readers do
+// not split its messages between them unawares. A wrapper that embeds a
+// Backend interface hides it; the tools then consume as any consumer.
+type ExclusiveConsumer interface {
+	// ConsumeExclusive is Consume for a consumer that is the queue's only
+	// one: it fails with ErrInUse while the queue has another consumer,
+	// and until it is stopped or ends, any other consumer of the queue
+	// fails so.
+	ConsumeExclusive(ctx context.Context, queue string, prefetch int) (Consumer, error)
 }
 
 // Consumer receives deliveries from one queue.

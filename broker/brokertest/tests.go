@@ -311,6 +311,39 @@ var tests = []struct {
 		e.ack(da)
 		e.ack(db)
 	}},
+	{"AnExclusiveConsumerIsAlone", func(e *env) {
+		ex, ok := e.b.(broker.ExclusiveConsumer)
+		if !ok {
+			e.t.Skip("the backend has no exclusive consumers")
+		}
+		ctx := e.t.Context()
+		q := e.queue("work")
+		e.declare(broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true})
+		e.publish(msg(q, "1", 0), msg(q, "2", 0))
+		// Not while another consumer is there.
+		other := e.consume(q, 1)
+		_, err := ex.ConsumeExclusive(ctx, q, 10)
+		wantErr(e.t, "an exclusive consume beside another consumer", err, broker.ErrInUse)
+		d := e.recv(other, e.slack)
+		if err := d.Requeue(ctx); err != nil {
+			e.t.Fatal(err)
+		}
+		other.Cancel()
+		// Alone, it gets everything, and no one else can consume.
+		alone, err := ex.ConsumeExclusive(ctx, q, 10)
+		if err != nil {
+			e.t.Fatalf("an exclusive consume on a queue without consumers: %v", err)
+		}
+		e.t.Cleanup(alone.Cancel)
+		wantIDs(e.t, []string{e.recv(alone, e.slack).Message().ID, e.recv(alone, e.slack).Message().ID}, "1", "2")
+		_, err = e.b.Consume(ctx, q, 1)
+		wantErr(e.t, "a consume beside an exclusive consumer", err, broker.ErrInUse)
+		_, err = ex.ConsumeExclusive(ctx, q, 1)
+		wantErr(e.t, "a second exclusive consume", err, broker.ErrInUse)
+		// Once it stops, others may consume; what it held goes back with it.
+		alone.Cancel()
+		wantIDs(e.t, e.ids(e.consume(q, 2), 2), "1", "2")
+	}},
 	{"CloseEndsConsumersAndRefusesCalls", func(e *env) {
 		q := e.queue("work")
 		e.declare(broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true})

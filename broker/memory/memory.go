@@ -420,6 +420,16 @@ func (b *Backend) onTimer(id uint64) {
 // Consume starts a consumer holding at most prefetch unsettled deliveries.
 // ctx bounds only the start; the consumer lives until Cancel or Close.
 func (b *Backend) Consume(ctx context.Context, queueName string, prefetch int) (broker.Consumer, error) {
+	return b.consume(ctx, queueName, prefetch, false)
+}
+
+// ConsumeExclusive implements broker.ExclusiveConsumer: a consumer that is
+// alone on its queue, as RabbitMQ's exclusive consumers are.
+func (b *Backend) ConsumeExclusive(ctx context.Context, queueName string, prefetch int) (broker.Consumer, error) {
+	return b.consume(ctx, queueName, prefetch, true)
+}
+
+func (b *Backend) consume(ctx context.Context, queueName string, prefetch int, exclusive bool) (broker.Consumer, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -435,7 +445,12 @@ func (b *Backend) Consume(ctx context.Context, queueName string, prefetch int) (
 	if !ok {
 		return nil, fmt.Errorf("%w: consume %q", broker.ErrNoQueue, queueName)
 	}
-	c := &consumer{b: b, q: q, prefetch: prefetch, ch: make(chan broker.Delivery, prefetch), unacked: map[uint64]*delivery{}}
+	for _, o := range q.consumers {
+		if exclusive || o.exclusive {
+			return nil, fmt.Errorf("%w: consume %q", broker.ErrInUse, queueName)
+		}
+	}
+	c := &consumer{b: b, q: q, prefetch: prefetch, ch: make(chan broker.Delivery, prefetch), unacked: map[uint64]*delivery{}, exclusive: exclusive}
 	q.consumers = append(q.consumers, c)
 	b.releaseDueLocked()
 	b.dispatchLocked(q)
@@ -462,14 +477,15 @@ func (b *Backend) Close() error {
 }
 
 type consumer struct {
-	b        *Backend
-	q        *queue
-	prefetch int
-	ch       chan broker.Delivery
-	unacked  map[uint64]*delivery
-	stopped  bool // out of dispatch; its deliveries still settle
-	ended    bool
-	err      error
+	b         *Backend
+	q         *queue
+	prefetch  int
+	ch        chan broker.Delivery
+	unacked   map[uint64]*delivery
+	stopped   bool // out of dispatch; its deliveries still settle
+	ended     bool
+	err       error
+	exclusive bool // alone on q while in dispatch (ConsumeExclusive)
 }
 
 func (c *consumer) Deliveries() <-chan broker.Delivery { return c.ch }

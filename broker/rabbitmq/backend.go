@@ -338,6 +338,18 @@ func (b *Backend) Depth(ctx context.Context, queue string) (int, error) {
 // opened by the first Consume, so that their acks never wait behind a
 // publish the broker holds up.
 func (b *Backend) Consume(ctx context.Context, queue string, prefetch int) (broker.Consumer, error) {
+	return b.consume(ctx, queue, prefetch, false)
+}
+
+// ConsumeExclusive implements broker.ExclusiveConsumer with an exclusive
+// basic.consume: the broker refuses it while the queue has a consumer, and
+// refuses others while it lasts (ACCESS_REFUSED, reported as
+// broker.ErrInUse).
+func (b *Backend) ConsumeExclusive(ctx context.Context, queue string, prefetch int) (broker.Consumer, error) {
+	return b.consume(ctx, queue, prefetch, true)
+}
+
+func (b *Backend) consume(ctx context.Context, queue string, prefetch int, exclusive bool) (broker.Consumer, error) {
 	if prefetch < 1 || prefetch > math.MaxUint16 {
 		return nil, fmt.Errorf("rabbitmq: consume %q: prefetch %d is outside 1..65535", queue, prefetch)
 	}
@@ -351,7 +363,7 @@ func (b *Backend) Consume(ctx context.Context, queue string, prefetch int) (brok
 	if err != nil {
 		return nil, err
 	}
-	return s.consume(ctx, queue, prefetch)
+	return s.consume(ctx, queue, prefetch, exclusive)
 }
 
 // Close stops reconnecting, closes the connections (which ends every

@@ -35,7 +35,7 @@ type consumer struct {
 	err       error // set before ended is closed
 }
 
-func (s *session) consume(ctx context.Context, queue string, prefetch int) (broker.Consumer, error) {
+func (s *session) consume(ctx context.Context, queue string, prefetch int, exclusive bool) (broker.Consumer, error) {
 	var ch *amqp.Channel
 	var deliveries <-chan amqp.Delivery
 	tag := consumerTag(queue)
@@ -44,7 +44,7 @@ func (s *session) consume(ctx context.Context, queue string, prefetch int) (brok
 			return err
 		}
 		if err = ch.Qos(prefetch, 0, false); err == nil {
-			deliveries, err = ch.Consume(queue, tag, false, false, false, false, nil)
+			deliveries, err = ch.Consume(queue, tag, false, exclusive, false, false, nil)
 		}
 		if err != nil {
 			_ = ch.Close()
@@ -59,6 +59,9 @@ func (s *session) consume(ctx context.Context, queue string, prefetch int) (brok
 		var amqpErr *amqp.Error
 		if errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound {
 			return nil, fmt.Errorf("%w: consume %q: %s", broker.ErrNoQueue, queue, amqpErr.Reason)
+		}
+		if errors.As(err, &amqpErr) && amqpErr.Code == amqp.AccessRefused && strings.Contains(amqpErr.Reason, "exclusive") {
+			return nil, fmt.Errorf("%w: consume %q: %s", broker.ErrInUse, queue, amqpErr.Reason)
 		}
 		return nil, lostOr(err)
 	}
