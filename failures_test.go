@@ -69,8 +69,8 @@ func TestAnUndeclaredProducerCannotWait(t *testing.T) {
 	p, err := queuey.NewUndeclaredProducer(backend, app, nil)
 	must(t, err)
 	ctx := t.Context()
-	if _, err := p.Defer(ctx, alphaJob{}, time.Second); !errors.Is(err, queuey.ErrUnknownQueue) {
-		t.Errorf("Defer: got %v, want ErrUnknownQueue", err)
+	if _, err := p.Defer(ctx, alphaJob{}, time.Second); !errors.Is(err, queuey.ErrUnknownQueue) || !strings.Contains(err.Error(), "not declared through this backend") {
+		t.Errorf("Defer: got %v, want ErrUnknownQueue saying the queue was not declared through this backend", err)
 	}
 	if _, err := p.EnqueueAfter(ctx, alphaJob{}, time.Second); !errors.Is(err, queuey.ErrUnknownQueue) {
 		t.Errorf("EnqueueAfter: got %v, want ErrUnknownQueue", err)
@@ -188,6 +188,9 @@ func TestWhatCannotRunIsDeadLetteredAndTheHandlerNeverRuns(t *testing.T) {
 		}
 		if string(dead[2].Body) != string(garbage) {
 			t.Errorf("malformed body: got %q, want it verbatim %q", dead[2].Body, garbage)
+		}
+		if want := "malformed envelope: body is not a JSON object: "; !strings.HasPrefix(dead[2].Reason, want) {
+			t.Errorf("malformed reason: got %q, want it to begin %q, once", dead[2].Reason, want)
 		}
 		if h.Backend.Pending(qAlpha) != 0 || h.Backend.InFlight(qAlpha) != 0 {
 			t.Errorf("queue not drained: pending %d, in flight %d", h.Backend.Pending(qAlpha), h.Backend.InFlight(qAlpha))

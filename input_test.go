@@ -26,6 +26,8 @@ func TestInvalidQueueSetsAreRefused(t *testing.T) {
 		{"no queues", queuey.QueueSet{}, queuey.ErrInvalidQueue},
 		{"empty name", queuey.QueueSet{Queues: []queuey.Queue{{}}}, queuey.ErrInvalidQueue},
 		{"duplicate name", queuey.QueueSet{Queues: []queuey.Queue{{Name: "a"}, {Name: "a"}}}, queuey.ErrInvalidQueue},
+		{"another's dead-letter queue", queuey.QueueSet{Prefix: "p", Queues: []queuey.Queue{{Name: "a"}, {Name: "a.dead"}}}, queuey.ErrInvalidQueue},
+		{"another's hold queue", queuey.QueueSet{Queues: []queuey.Queue{{Name: "a.deferred.5000"}, {Name: "a"}}}, queuey.ErrInvalidQueue},
 		{"no room for hold queues", queuey.QueueSet{Queues: []queuey.Queue{{Name: long}}}, queuey.ErrInvalidName},
 		{"prefix pushes the name over", queuey.QueueSet{Prefix: "app", Queues: []queuey.Queue{{Name: long[:233]}}}, queuey.ErrInvalidName},
 		{"reserved amq. prefix", queuey.QueueSet{Prefix: "amq", Queues: []queuey.Queue{{Name: "a"}}}, queuey.ErrInvalidName},
@@ -105,8 +107,12 @@ func TestBadJobsAreRefusedAndNothingIsPublished(t *testing.T) {
 				"EnqueueAfter": func() (string, error) { return p.EnqueueAfter(ctx, tc.job, time.Second) },
 				"Defer":        func() (string, error) { return p.Defer(ctx, tc.job, time.Second) },
 			} {
-				if id, err := f(); !errors.Is(err, tc.want) || id != "" {
+				id, err := f()
+				if !errors.Is(err, tc.want) || id != "" {
 					t.Errorf("%s: got (%q, %v), want %v", call, id, err, tc.want)
+				}
+				if tc.want == queuey.ErrUnknownQueue && (!strings.Contains(err.Error(), "not in the queue set") || strings.Contains(err.Error(), "declared")) {
+					t.Errorf("%s: %q says something else than that the queue is not in the set", call, err)
 				}
 			}
 		})

@@ -106,6 +106,18 @@ func resolve(set QueueSet) (*queueSet, error) {
 		s.byName[q.Name] = c
 		s.ordered = append(s.ordered, c)
 	}
+	// A queue named as another's dead-letter or hold queue would be
+	// declared with that one's arguments or with its own, never both.
+	for _, c := range s.ordered {
+		for _, o := range s.ordered {
+			if c.broker == broker.DeadQueueName(o.broker) {
+				return nil, fmt.Errorf("%w: queue %q is named as the dead-letter queue of queue %q", ErrInvalidQueue, c.Name, o.Name)
+			}
+			if w, _, ok := broker.ParseHoldQueueName(c.broker); ok && w == o.broker {
+				return nil, fmt.Errorf("%w: queue %q is named as a hold queue of queue %q", ErrInvalidQueue, c.Name, o.Name)
+			}
+		}
+	}
 	return s, nil
 }
 

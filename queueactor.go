@@ -548,7 +548,11 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 			return w.deadLetter(ctx, log, d, msg, CauseTooLarge, tooLarge.Error(), decodeErr, jc)
 		}
 		log.Error("message body is not a valid envelope; dead-lettering it verbatim", "error", decodeErr)
-		return w.deadLetter(ctx, log, d, msg, CauseMalformed, "malformed envelope: "+decodeErr.Error(), decodeErr, jc)
+		detail := decodeErr.Error()
+		if m, ok := errors.AsType[*broker.MalformedError](decodeErr); ok {
+			detail = m.Detail()
+		}
+		return w.deadLetter(ctx, log, d, msg, CauseMalformed, "malformed envelope: "+detail, decodeErr, jc)
 	}
 	env.Queue = q.broker // republish where it came from, whatever the body says
 	log := jobLog{l: w.log, id: env.JobID, kind: env.JobType, queue: q.broker, attempt: env.Attempt}

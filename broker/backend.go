@@ -15,7 +15,7 @@ var (
 	// ErrUnknownQueue: a wait was asked for a queue that was never declared
 	// through this backend, so its hold queue's durability and release target
 	// would be guesses.
-	ErrUnknownQueue = errors.New("broker: queue was not declared through this backend")
+	ErrUnknownQueue = errors.New("broker: unknown queue")
 	// ErrUnroutable: the broker returned the message because no queue of
 	// that name exists. It was not published.
 	ErrUnroutable = errors.New("broker: message is unroutable (no such queue)")

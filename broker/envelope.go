@@ -58,14 +58,19 @@ type MalformedError struct {
 	Err error
 }
 
-// Error reads "broker: malformed envelope: <field> <reason>[: <json error>]".
-func (e *MalformedError) Error() string {
-	msg := "broker: malformed envelope: "
+// Error reads "broker: malformed envelope: " and Detail.
+func (e *MalformedError) Error() string { return "broker: malformed envelope: " + e.Detail() }
+
+// Detail reads "<field> <reason>[: <json syntax error>]": what is wrong, without
+// saying that the envelope is (a dead letter's reason says that first).
+func (e *MalformedError) Detail() string {
+	msg := ""
 	if e.Field != "" {
 		msg += e.Field + " "
 	}
 	msg += e.Reason
-	if e.Err != nil {
+	// A type error's text names Go types; Reason says it in JSON's terms.
+	if _, typed := errors.AsType[*json.UnmarshalTypeError](e.Err); e.Err != nil && !typed {
 		msg += ": " + e.Err.Error()
 	}
 	return msg
@@ -221,7 +226,10 @@ func decodeEnvelopeReference(body []byte) (Envelope, error) {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) && typeErr.Field != "" {
 			name := typeErr.Field
-			return Envelope{}, &MalformedError{Field: name, Reason: "is not a " + fieldKinds[name], Err: err}
+			return Envelope{}, &MalformedError{Field: name, Reason: "is not a " + fieldKinds[name] + ": it is a JSON " + typeErr.Value, Err: err}
+		}
+		if typeErr != nil {
+			return Envelope{}, &MalformedError{Reason: "body is not a JSON object: it is a JSON " + typeErr.Value, Err: err}
 		}
 		return Envelope{}, &MalformedError{Reason: "body is not a JSON object", Err: err}
 	}

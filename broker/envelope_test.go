@@ -402,6 +402,14 @@ func TestDecodeEnvelopeRejectsGarbage(t *testing.T) {
 			if tt.wantField != "" && !strings.Contains(err.Error(), tt.wantField) {
 				t.Errorf("error %q does not name the field %q", err, tt.wantField)
 			}
+			// The text is for operators: no Go types, and Detail is Error
+			// without its prefix.
+			if strings.Contains(err.Error(), "Go ") || strings.Contains(err.Error(), "struct") {
+				t.Errorf("error %q speaks of Go types", err)
+			}
+			if want := "broker: malformed envelope: " + merr.Detail(); err.Error() != want {
+				t.Errorf("Error() = %q, want %q", err, want)
+			}
 		})
 	}
 }

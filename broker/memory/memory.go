@@ -232,7 +232,7 @@ func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duratio
 		return broker.ErrClosed
 	}
 	if q, ok := b.queues[msg.Queue]; !ok || !q.declared {
-		return fmt.Errorf("%w: hold for %q", broker.ErrUnknownQueue, msg.Queue)
+		return fmt.Errorf("%w: hold for %q, which was not declared through this backend", broker.ErrUnknownQueue, msg.Queue)
 	}
 	b.releaseDueLocked()
 	b.seq++

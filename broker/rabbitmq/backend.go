@@ -88,7 +88,11 @@ func Dial(ctx context.Context, rawURL string, opts *Options) (*Backend, error) {
 		holdDeclared: map[string]time.Time{},
 	}
 	u, err := url.Parse(rawURL)
-	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
+	switch {
+	case err != nil:
+		// The parser's text may quote part of the password: none of it.
+		return nil, fmt.Errorf("rabbitmq: the AMQP URL does not parse; a user name or password holding '/', '?', '#', '@', ':', '%%' or a space must be percent-encoded (url.UserPassword does it)")
+	case u.Scheme != "amqp" && u.Scheme != "amqps":
 		return nil, fmt.Errorf("rabbitmq: %q is not an amqp:// or amqps:// URL", b.safeURL)
 	}
 	first, err := b.dial(ctx, b.pub.name)
@@ -236,7 +240,7 @@ func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duratio
 		return broker.ErrClosed
 	}
 	if !ok {
-		return fmt.Errorf("%w: hold for %q", broker.ErrUnknownQueue, msg.Queue)
+		return fmt.Errorf("%w: hold for %q, which was not declared through this backend", broker.ErrUnknownQueue, msg.Queue)
 	}
 	hold := broker.HoldQueueName(msg.Queue, ttl)
 	if err := b.declareHold(ctx, hold, spec, ttl); err != nil {

@@ -138,6 +138,22 @@ func TestAMQPSVerifiesCertificatesByDefault(t *testing.T) {
 	}
 }
 
+// TestAURLThatDoesNotParseSaysWhyWithoutThePassword: a password with a
+// character a URL reserves, not escaped, is the common cause; the parser's
+// own text would quote part of it.
+func TestAURLThatDoesNotParseSaysWhyWithoutThePassword(t *testing.T) {
+	for _, pw := range []string{"s3cr3t/sentinel", "s3cr3t#sentinel", "s3cr3t sentinel"} {
+		_, err := rabbitmq.Dial(t.Context(), "amqp://guest:"+pw+"@127.0.0.1:5672/", nil)
+		if err == nil || !strings.Contains(err.Error(), "percent-encoded") || strings.Contains(err.Error(), "s3cr3t") || strings.Contains(err.Error(), "sentinel") {
+			t.Errorf("Dial with password %q: %v; want advice on percent-encoding, and nothing of the password", pw, err)
+		}
+	}
+	if _, err := rabbitmq.Dial(t.Context(), "http://guest:"+sentinel+"@127.0.0.1:5672/", nil); err == nil ||
+		!strings.Contains(err.Error(), "is not an amqp:// or amqps:// URL") || strings.Contains(err.Error(), sentinel) {
+		t.Errorf("Dial with an http URL: %v; want it called not an AMQP URL, without the password", err)
+	}
+}
+
 func TestRedactHidesThePassword(t *testing.T) {
 	got := rabbitmq.Redact("amqps://user:" + sentinel + "@host:5671/vh")
 	if strings.Contains(got, sentinel) || !strings.Contains(got, "user:xxxxx@host:5671") {
