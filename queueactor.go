@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -563,7 +564,7 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 		return m
 	}
 
-	if w.poisonAfter > 0 && d.Redelivered() {
+	if w.poisonAfter > 0 && d.Redelivered() && !w.givenBack.take(msg.ID) {
 		if out, done := w.countRedelivery(ctx, log, d, msg, jc, original); done {
 			return out
 		}
@@ -808,10 +809,57 @@ func (e *timeoutError) Unwrap() error { return e.err }
 func (w *Worker) republished(log jobLog, d broker.Delivery, op string, err error, out Outcome) Outcome {
 	if err != nil {
 		w.settleFailed(log, op, err)
+		if w.poisonAfter > 0 {
+			w.givenBack.add(d.Message().ID) // it comes back redelivered: no crash to count
+		}
 		w.clock.AfterFunc(w.requeueDelay, func() { requeue(d, log) })
 		return Outcome{Result: Requeued, Err: out.Err, SettleErr: err}
 	}
 	return w.acked(log, d, out)
+}
+
+// givenBack remembers the ids of the deliveries a worker requeued itself
+// because it could not publish their outcome, so that, with PoisonAfter on,
+// their redelivery is not counted as a crash. It holds the newest
+// givenBackCap; a redelivery to another worker is counted there, once.
+type givenBack struct {
+	mu    sync.Mutex
+	ids   map[string]struct{}
+	order []string // oldest first, for eviction
+}
+
+const givenBackCap = 10_000
+
+func (g *givenBack) add(id string) {
+	if id == "" {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ids == nil {
+		g.ids = map[string]struct{}{}
+	}
+	if _, ok := g.ids[id]; ok {
+		return
+	}
+	if len(g.order) == givenBackCap {
+		delete(g.ids, g.order[0])
+		g.order = g.order[1:]
+	}
+	g.ids[id] = struct{}{}
+	g.order = append(g.order, id)
+}
+
+// take reports whether id was given back, and forgets it.
+func (g *givenBack) take(id string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.ids[id]; !ok {
+		return false
+	}
+	delete(g.ids, id)
+	g.order = slices.DeleteFunc(g.order, func(o string) bool { return o == id })
+	return true
 }
 
 // acked acks d and returns out, or a Requeued outcome if the ack failed.

@@ -54,6 +54,38 @@ func TestAFailedDeferralIsCountedAndTheJobComesBack(t *testing.T) {
 	})
 }
 
+// With PoisonAfter on, a delivery the worker itself gave back because its
+// republish failed is not counted as a crash when it comes back
+// redelivered: it runs as it was, not alone, and no number of such
+// failures makes it poison (here PoisonAfter 1: the first counted
+// redelivery would dead-letter it).
+func TestAJobGivenBackAfterAFailedRepublishIsNotCountedAsACrash(t *testing.T) {
+	opts := &clocktest.Options{
+		Worker: queuey.WorkerConfig{PoisonAfter: 1},
+		WrapBackend: func(b *memory.Backend) broker.Backend {
+			r := &refusingHolds{Backend: b}
+			r.refuse.Store(2)
+			return r
+		},
+	}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		id := mustID(t)(h.Producer.Enqueue(t.Context(), betaJob{deferring(1, 10*time.Second)}))
+		h.Advance(time.Minute)
+		runs := h.Log.Of(id)
+		wantShapes(t, runs, shape{1, 0, 0}, shape{1, 0, 0}, shape{1, 0, 0}, shape{1, 1, 10})
+		if len(runs) == 4 && (!runs[1].Redelivered || !runs[2].Redelivered) {
+			t.Errorf("runs 2 and 3: redelivered %t, %t; want both, given back by the worker", runs[1].Redelivered, runs[2].Redelivered)
+		}
+		if dead := h.Backend.DeadLetters(qBeta); len(dead) != 0 {
+			t.Errorf("dead letters: %+v, want none (a failed republish is no crash)", dead)
+		}
+		if got := h.Worker.SettleFailures(); got != 2 {
+			t.Errorf("settle failures: got %d, want 2", got)
+		}
+	})
+}
+
 // atOnce counts the calls of run in progress and the most there were.
 type atOnce struct{ running, peak atomic.Int32 }
 

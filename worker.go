@@ -60,7 +60,10 @@ type WorkerConfig struct {
 	// a pause gives back unstarted, and jobs a stop cuts short after
 	// ShutdownTimeout, are published again unchanged (to the back of the
 	// queue) and acked rather than requeued, so they are not counted;
-	// those of a lost connection are, as after a crash. Default 0: off.
+	// nor is a job the worker gave back because it could not publish its
+	// retry, deferral or dead letter, when the worker gets it back (it
+	// remembers the newest 10,000). Those of a lost connection are
+	// counted, as after a crash. Default 0: off.
 	PoisonAfter int
 	// MaxMessageBytes dead-letters, verbatim and without decoding it, a
 	// delivery whose body is larger (cause CauseTooLarge): a worker need
@@ -102,6 +105,7 @@ type Worker struct {
 	settleFailures atomic.Uint64
 	orphans        sync.WaitGroup // handlers cancelled after their consumer was lost
 	abandoned      atomic.Int64   // queues (and orphans) whose handlers a stop gave up on
+	givenBack      givenBack      // deliveries requeued after a failed republish (PoisonAfter)
 
 	mu       sync.Mutex
 	state    workerState
