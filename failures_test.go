@@ -284,6 +284,22 @@ func (eagerJob) Kind() string                    { return "eager" }
 func (eagerJob) Queue() queuey.Queue             { return alpha }
 func (eagerJob) RetryPolicy() queuey.RetryPolicy { return queuey.RetryPolicy{MaxAttempts: 2} }
 
+// A panic's value may hold whatever the handler had: it goes to the
+// worker's log with the stack, not into the dead letter's reason, which
+// travels in the message's headers and onto spans.
+func TestAPanicsValueStaysOutOfTheDeadLetterReason(t *testing.T) {
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		mustID(t)(h.Producer.Enqueue(t.Context(), betaJob{plan{Name: "p", Panic: 1}})) // beta: one attempt
+		h.Advance(time.Second)
+		dead := h.Backend.DeadLetters(qBeta)
+		want := "max attempts (1) exhausted after attempt 1: handler panicked (its value and stack are in the worker's log)"
+		if len(dead) != 1 || dead[0].Reason != want {
+			t.Errorf("dead letters: %+v, want one with reason %q", dead, want)
+		}
+	})
+}
+
 // patientJob lives on alpha but retries 30 days apart, past the longest hold.
 type patientJob struct{ plan }
 

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/broker/memory"
 	"github.com/queuey-go/queuey/clocktest"
 )
 
@@ -232,6 +235,60 @@ func TestThirtyDaysOfDeferralsAndRetries(t *testing.T) {
 // with PoisonAfter on it goes back unchanged (published again and acked,
 // as an unstarted delivery does), not requeued to come back counted, so a
 // long job is not dead-lettered as poison by a few restarts.
+// A job cut short by a stop, with PoisonAfter on, is published again
+// unchanged; if that publish fails, the outcome the hooks see says so
+// (SettleErr), as for any settlement that fails, and it is counted.
+func TestAFailedSetAsideOfAJobCutShortIsASettleFailure(t *testing.T) {
+	var outcomes []queuey.Outcome
+	var mu sync.Mutex
+	opts := &clocktest.Options{
+		Worker: queuey.WorkerConfig{ShutdownTimeout: 5 * time.Second, PoisonAfter: 1, Hooks: &queuey.Hooks{
+			Deliver: func(ctx context.Context, _ *queuey.DeliveryInfo) (context.Context, func(queuey.Outcome)) {
+				return ctx, func(o queuey.Outcome) {
+					mu.Lock()
+					defer mu.Unlock()
+					outcomes = append(outcomes, o)
+				}
+			},
+		}},
+		WrapBackend: func(b *memory.Backend) broker.Backend {
+			r := &refusingPublishes{Backend: b}
+			r.allow.Store(1) // the enqueue
+			return r
+		},
+	}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{plan{Name: "long", Block: time.Hour}}))
+		h.Start()
+		must(t, h.Stop()) // cuts the job short after 5 s; its set-aside is refused
+		mu.Lock()
+		defer mu.Unlock()
+		if len(outcomes) != 1 || outcomes[0].Result != queuey.Requeued || outcomes[0].SettleErr == nil {
+			t.Errorf("outcomes: %+v, want one Requeued with its SettleErr", outcomes)
+		}
+		if got := h.Worker.SettleFailures(); got != 1 {
+			t.Errorf("settle failures: %d, want 1", got)
+		}
+		if got := h.Backend.Pending(qAlpha); got != 1 {
+			t.Errorf("pending: %d, want the job back (requeued)", got)
+		}
+	})
+}
+
+// refusingPublishes lets allow publishes through, then refuses them.
+type refusingPublishes struct {
+	*memory.Backend
+	allow atomic.Int32
+}
+
+func (r *refusingPublishes) Publish(ctx context.Context, msg broker.Message) error {
+	if r.allow.Add(-1) < 0 {
+		return errors.New("publish refused")
+	}
+	return r.Backend.Publish(ctx, msg)
+}
+
 func TestAJobCutShortByAStopIsNotCountedAsACrash(t *testing.T) {
 	opts := &clocktest.Options{Worker: queuey.WorkerConfig{ShutdownTimeout: 5 * time.Second, PoisonAfter: 1}}
 	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {

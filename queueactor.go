@@ -291,7 +291,7 @@ func (a *queueActor) runIsolated(ctx context.Context, suspect broker.Delivery, l
 	var running sync.WaitGroup
 	for _, d := range leftovers {
 		if isSuspect(d) {
-			a.w.setAside(ctx, a.q, d)
+			_ = a.w.setAside(ctx, a.q, d) // counted; no outcome to carry it
 			continue
 		}
 		if err := a.w.slots.Acquire(a.stopping, 1); err != nil {
@@ -326,7 +326,7 @@ func (a *queueActor) giveBack(ds ...broker.Delivery) {
 			requeue(d, log)
 			continue
 		}
-		a.w.setAsideWithin(context.Background(), a.q, d)
+		_ = a.w.setAsideWithin(context.Background(), a.q, d) // counted; no outcome to carry it
 	}
 }
 
@@ -337,17 +337,18 @@ const giveBackTimeout = 10 * time.Second
 // setAsideWithin is setAside under parent's values, bounded by
 // giveBackTimeout: for a delivery given back by a worker that is stopping,
 // whose own ctx has ended or is about to.
-func (w *Worker) setAsideWithin(parent context.Context, q *queueConfig, d broker.Delivery) {
+func (w *Worker) setAsideWithin(parent context.Context, q *queueConfig, d broker.Delivery) error {
 	ctx, cancel := w.clock.WithTimeout(parent, giveBackTimeout)
 	defer cancel()
-	w.setAside(ctx, q, d)
+	return w.setAside(ctx, q, d)
 }
 
 // setAside publishes d again, unchanged, to the back of its queue, and
 // acks it: a suspect that runs alone later, or a delivery given back.
 // Should the publish fail, the delivery is requeued instead (and counted
-// once more, if it comes back).
-func (w *Worker) setAside(ctx context.Context, q *queueConfig, d broker.Delivery) {
+// once more, if it comes back). It returns the failure to settle, counted
+// and logged already.
+func (w *Worker) setAside(ctx context.Context, q *queueConfig, d broker.Delivery) error {
 	msg := d.Message()
 	log := jobLog{l: w.log, id: msg.ID, queue: q.broker}
 	again := msg
@@ -359,11 +360,13 @@ func (w *Worker) setAside(ctx context.Context, q *queueConfig, d broker.Delivery
 	if err != nil {
 		w.settleFailed(log, "set aside", err)
 		requeue(d, log)
-		return
+		return err
 	}
 	if err := d.Ack(context.Background()); err != nil {
 		w.settleFailed(log, "ack", err)
+		return err
 	}
+	return nil
 }
 
 // pump moves deliveries from the consumer into the mailbox until ctx ends
@@ -595,8 +598,8 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 			// published again unchanged and acked, so that PoisonAfter does
 			// not count it (requeued, it would come back redelivered).
 			log.Warn("job interrupted by the worker's stop; publishing it again", "error", err)
-			w.setAsideWithin(context.WithoutCancel(ctx), q, d)
-			return Outcome{Result: Requeued, Err: err, Ran: true, HandlerDuration: ran}
+			settleErr := w.setAsideWithin(context.WithoutCancel(ctx), q, d)
+			return Outcome{Result: Requeued, Err: err, Ran: true, HandlerDuration: ran, SettleErr: settleErr}
 		}
 		log.Warn("job interrupted (the worker is stopping or its delivery was lost); returning it to the queue", "error", err)
 		requeue(d, log)
@@ -647,8 +650,8 @@ func (w *Worker) settleDelivery(ctx context.Context, q *queueConfig, hold *actor
 		delay = min(delay, broker.LongestHold(w.set.retryGranularity))
 		if !again {
 			log.Error("job failed; giving up", "error", err, "max_attempts", jc.MaxAttempts)
-			out = w.deadLetter(ctx, log, d, original(), CauseExhausted, fmt.Sprintf("max attempts (%d) exhausted after attempt %d: %v",
-				jc.MaxAttempts, jc.Attempt, err), err, jc)
+			out = w.deadLetter(ctx, log, d, original(), CauseExhausted, fmt.Sprintf("max attempts (%d) exhausted after attempt %d: %s",
+				jc.MaxAttempts, jc.Attempt, reasonText(err)), err, jc)
 			break
 		}
 		err2 := w.republish(ctx, hold, OpRetry, env.NextAttempt(), delay, holdRetry)
@@ -792,6 +795,16 @@ type panicError struct {
 }
 
 func (e *panicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.value) }
+
+// reasonText is err's text for a dead letter's reason, which goes into the
+// message's headers and onto spans: a panic's value (it may hold anything
+// the handler had) stays in the worker's log, with its stack.
+func reasonText(err error) string {
+	if _, ok := errors.AsType[*panicError](err); ok {
+		return "handler panicked (its value and stack are in the worker's log)"
+	}
+	return err.Error()
+}
 
 type timeoutError struct {
 	limit string

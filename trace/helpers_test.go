@@ -347,12 +347,23 @@ func (r *rig) metrics(t *testing.T) metrics {
 }
 
 // sum is the value of a counter or up-down counter for exactly the
-// attributes kv (key, value pairs); 0 when nothing was recorded.
+// attributes kv (key, value pairs). The point must be there: an
+// instrument that stopped reporting fails the test rather than read as 0.
 func (m metrics) sum(t *testing.T, name string, kv ...string) int64 {
+	t.Helper()
+	n, ok := m.point(t, name, kv...)
+	if !ok {
+		t.Fatalf("%s%v: no point reported", name, kv)
+	}
+	return n
+}
+
+// point is sum's value and whether the point was reported.
+func (m metrics) point(t *testing.T, name string, kv ...string) (int64, bool) {
 	t.Helper()
 	data, ok := m[name]
 	if !ok {
-		return 0
+		return 0, false
 	}
 	s, ok := data.(metricdata.Sum[int64])
 	if !ok {
@@ -361,10 +372,10 @@ func (m metrics) sum(t *testing.T, name string, kv ...string) int64 {
 	want := attrSet(kv)
 	for _, dp := range s.DataPoints {
 		if dp.Attributes.Equals(&want) {
-			return dp.Value
+			return dp.Value, true
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // hist is the histogram point of name for exactly the attributes kv.
@@ -418,7 +429,8 @@ func (m metrics) outcomes(t *testing.T) map[string]int64 {
 	t.Helper()
 	got := map[string]int64{}
 	for _, o := range []queuey.Result{queuey.Succeeded, queuey.Retried, queuey.Deferred, queuey.DeadLettered, queuey.Requeued} {
-		if n := m.sum(t, "queuey.jobs", "messaging.destination.name", qWork, "queuey.outcome", string(o)); n != 0 {
+		// An outcome is reported once it has happened.
+		if n, ok := m.point(t, "queuey.jobs", "messaging.destination.name", qWork, "queuey.outcome", string(o)); ok {
 			got[string(o)] = n
 		}
 	}

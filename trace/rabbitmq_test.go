@@ -12,6 +12,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/google/go-cmp/cmp"
+	"go.opentelemetry.io/otel/baggage"
 
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
@@ -52,7 +53,12 @@ func TestTheTraceContextTravelsThroughRabbitMQ(t *testing.T) {
 	}
 	done := make(chan struct{})
 	var once sync.Once
+	var seenMu sync.Mutex
+	var tenants []string // the baggage each run saw
 	err = queuey.Handle(worker, func(ctx context.Context, j job, jc queuey.JobContext) error {
+		seenMu.Lock()
+		tenants = append(tenants, baggage.FromContext(ctx).Member("tenant").Value())
+		seenMu.Unlock()
 		err := j.run(ctx, clock.New(), jc)
 		if err == nil {
 			once.Do(func() { close(done) })
@@ -67,7 +73,15 @@ func TestTheTraceContextTravelsThroughRabbitMQ(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- worker.Run(runCtx) }()
 
-	reqCtx, request := r.tp.Tracer("test").Start(ctx, "request")
+	tenant, err := baggage.NewMember("tenant", "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bag, err := baggage.New(tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqCtx, request := r.tp.Tracer("test").Start(baggage.ContextWithBaggage(ctx, bag), "request")
 	id, err := producer.Enqueue(reqCtx, job{Name: "remote", Defers: 1, DeferFor: deferFor})
 	request.End()
 	if err != nil {
@@ -110,6 +124,11 @@ func TestTheTraceContextTravelsThroughRabbitMQ(t *testing.T) {
 	if got, want := chain[1].Parent().SpanID(), chain[0].SpanContext().SpanID(); got != want {
 		t.Errorf("the process span's parent: got %s, want the send span %s", got, want)
 	}
+	seenMu.Lock()
+	if diff := cmp.Diff([]string{"acme", "acme"}, tenants); diff != "" {
+		t.Errorf("the caller's baggage in each run (-want +got):\n%s", diff)
+	}
+	seenMu.Unlock()
 	m := r.metrics(t)
 	if n := m.sum(t, "queuey.jobs.held", "messaging.destination.name", queue); n != 0 {
 		t.Errorf("held at the end: got %d, want 0 (the held header must survive the hold queue)", n)

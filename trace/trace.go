@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
@@ -430,9 +431,12 @@ func setSendAttributes(span oteltrace.Span, p *queuey.PublishInfo) {
 func (in *Instrumentation) deliver(ctx context.Context, d *queuey.DeliveryInfo) (context.Context, func(queuey.Outcome)) {
 	// Only the headers decide the parent: a span the worker's own ctx may
 	// carry (one around Worker.Run) must not adopt every job.
+	// The worker's own trace and baggage are not the job's: a delivery
+	// carries what its publisher had, or nothing.
 	if oteltrace.SpanContextFromContext(ctx).IsValid() {
 		ctx = oteltrace.ContextWithSpanContext(ctx, oteltrace.SpanContext{})
 	}
+	ctx = baggage.ContextWithoutBaggage(ctx)
 	ctx = in.propagator.Extract(ctx, propagation.MapCarrier(d.Headers))
 	creation := oteltrace.SpanContextFromContext(ctx)
 

@@ -534,7 +534,19 @@ func TestTheDeliverHook(t *testing.T) {
 		r := newRig(t)
 		ctx, run := r.tp.Tracer("test").Start(t.Context(), "worker run")
 		defer run.End()
+		secret, err := baggage.NewMember("worker_secret", "s3cr3t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bag, err := baggage.New(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx = baggage.ContextWithBaggage(ctx, bag)
 		hctx, finish := r.inst.Hooks().Deliver(ctx, delivery())
+		if got := baggage.FromContext(hctx); got.Len() != 0 {
+			t.Errorf("the handler's baggage is the worker's: %v", got)
+		}
 		got := oteltrace.SpanContextFromContext(hctx)
 		finish(queuey.Outcome{Result: queuey.Succeeded})
 		s := r.spans.Ended()[0]

@@ -5,7 +5,7 @@
 // in a hold queue and comes back ahead of the backlog, without spending an
 // attempt.
 //
-//	go run ./examples/ratelimit [-jobs 20] [-rate 5] [-prefetch 5] [-mode both|defer|pause] [-url amqp://...] [-spans]
+//	go run ./examples/ratelimit [-jobs 20] [-rate 5] [-prefetch 5] [-mode both|defer|pause] [-url amqp://...] [-spans=false]
 //
 // It runs twice by default and compares the two:
 //
@@ -20,8 +20,9 @@
 // A job gives up (queuey.Fatalf, dead-lettered) after five deferrals; any
 // other failure is retried. Each run is printed with the API's answer, then
 // the lifecycle of one deferred job, reconstructed from its OpenTelemetry
-// spans (package trace), then a summary of both modes side by side. With
-// -spans every span is also exported to stderr as JSON (stdouttrace).
+// spans (package trace), then a summary of both modes side by side. Every
+// span is also exported to stderr as JSON with OpenTelemetry's stdout
+// exporter (stdouttrace), unless -spans=false.
 //
 // The memory backend is used unless -url names a RabbitMQ broker
 // (QUEUEY_AMQP_URL is not read). On RabbitMQ the queues get a prefix of
@@ -85,7 +86,7 @@ type config struct {
 	Prefetch int    // the queue's prefetch, and so the worker's concurrency
 	Mode     string // "both", "defer" or "pause"
 	URL      string // a RabbitMQ broker; empty: the memory backend
-	Spans    bool   // export every span to stderr
+	Spans    bool   // export every span to stderr (stdouttrace)
 }
 
 func main() {
@@ -96,7 +97,7 @@ func main() {
 	flag.StringVar(&cfg.Mode, "mode", "both", "both, defer (queuey.Defer per job) or pause (queuey.PauseQueue)")
 	// No default value: flag's -help would print it, and a URL may carry a password.
 	flag.StringVar(&cfg.URL, "url", "", "AMQP URL of a RabbitMQ broker to run on (default: the in-memory backend; QUEUEY_AMQP_URL is not read)")
-	flag.BoolVar(&cfg.Spans, "spans", false, "also export every span to stderr as JSON (stdouttrace)")
+	flag.BoolVar(&cfg.Spans, "spans", true, "export every span to stderr as JSON (stdouttrace); -spans=false to leave them out")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -231,9 +232,9 @@ func runMode(ctx context.Context, cfg config, mode string, backend broker.Backen
 	srv := httptest.NewServer(api) // on loopback
 	defer srv.Close()
 
-	// Every span goes to the recorder, for the lifecycle printout; with
-	// -spans, also to stderr through a batching exporter, flushed by
-	// Shutdown.
+	// Every span goes to the recorder, for the lifecycle printout, and
+	// (unless -spans=false) to stderr through the stdout exporter, batched
+	// and flushed by Shutdown.
 	spans := tracetest.NewSpanRecorder()
 	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithSpanProcessor(spans)}
 	if cfg.Spans {
@@ -326,7 +327,7 @@ func runMode(ctx context.Context, cfg config, mode string, backend broker.Backen
 		fmt.Fprintln(out, "no job was deferred: no lifecycle to show")
 	}
 	if cfg.Spans {
-		fmt.Fprintf(out, "every span of this run: on stderr (-spans)\n")
+		fmt.Fprintf(out, "every span of this run: on stderr, as JSON (-spans=false leaves them out)\n")
 	}
 	return ms, nil
 }

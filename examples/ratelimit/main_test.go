@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -238,6 +239,7 @@ func TestRabbitMQ(t *testing.T) {
 			t.Errorf("%s: %d jobs succeeded, %d dead letters, %d calls answered 429; want %d, 0, some",
 				m.Mode, m.Succeeded, m.DeadLetters, m.Limited, cfg.Jobs)
 		}
+		t.Run(m.Mode, func(t *testing.T) { checkLifecycle(t, out.String(), m) })
 		for _, suffix := range []string{"", ".dead", ".deferred.1000"} {
 			if q := m.Queue + suffix; !slices.Contains(sum.Queues, q) {
 				t.Errorf("queues made = %v, want %s among them", sum.Queues, q)
@@ -248,6 +250,53 @@ func TestRabbitMQ(t *testing.T) {
 		t.Errorf("the output does not say the queues were deleted")
 	}
 	scratchtest.AssertGone(t, url, sum.Queues)
+}
+
+// A job still answered 429 after five deferrals gives up: Fatalf, dead-
+// lettered. Eight jobs at one call a second, all prefetched: the last
+// ones are still waiting after five deferrals.
+func TestAJobGivesUpAfterFiveDeferrals(t *testing.T) {
+	cfg := config{Jobs: 8, Rate: 1, Prefetch: 8, Mode: "defer"}
+	sum, out := runOK(t, cfg)
+	m := sum.Modes[0]
+	if m.DeadLetters == 0 || m.Succeeded+m.DeadLetters != cfg.Jobs {
+		t.Errorf("%d succeeded, %d dead letters; want some given up, and every job one or the other", m.Succeeded, m.DeadLetters)
+	}
+	if got := strings.Count(out, "Fatalf: dead-lettered"); got != m.DeadLetters {
+		t.Errorf("runs printed as given up: %d, want one per dead letter (%d)", got, m.DeadLetters)
+	}
+	for _, r := range m.Runs {
+		if r.Returned == "Fatalf: dead-lettered" && r.Deferrals != maxDeferrals {
+			t.Errorf("job %d gave up after %d deferrals, want %d", r.Job, r.Deferrals, maxDeferrals)
+		}
+	}
+}
+
+// The spans go out through OpenTelemetry's stdout exporter, as JSON on
+// stderr, each publish and each run.
+func TestSpansAreExportedWithTheStdoutExporter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	var out, errs syncBuilder
+	cfg := config{Jobs: 3, Rate: 5, Prefetch: 2, Mode: "defer", Spans: true}
+	if _, err := run(ctx, cfg, &out, &errs); err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, errs.String())
+	}
+	dec := json.NewDecoder(strings.NewReader(errs.String()))
+	names := map[string]int{}
+	for dec.More() {
+		var span struct{ Name string }
+		if err := dec.Decode(&span); err != nil {
+			t.Fatalf("stderr is not a stream of JSON spans: %v\n%s", err, errs.String())
+		}
+		names[strings.Fields(span.Name)[0]]++
+	}
+	if names["send"] != cfg.Jobs || names["process"] != cfg.Jobs {
+		t.Errorf("spans exported by kind of name: %v, want %d send and %d process", names, cfg.Jobs, cfg.Jobs)
+	}
+	if !strings.Contains(out.String(), "every span of this run: on stderr") {
+		t.Errorf("the output does not say where the spans went")
+	}
 }
 
 func TestOneMode(t *testing.T) {
