@@ -9,6 +9,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -435,4 +436,18 @@ func (m metrics) outcomes(t *testing.T) map[string]int64 {
 		}
 	}
 	return got
+}
+
+// withBaggage returns ctx carrying the baggage key=value.
+func withBaggage(t *testing.T, ctx context.Context, key, value string) context.Context {
+	t.Helper()
+	member, err := baggage.NewMember(key, value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bag, err := baggage.New(member)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return baggage.ContextWithBaggage(ctx, bag)
 }

@@ -73,15 +73,7 @@ func TestTheTraceContextTravelsThroughRabbitMQ(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- worker.Run(runCtx) }()
 
-	tenant, err := baggage.NewMember("tenant", "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bag, err := baggage.New(tenant)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reqCtx, request := r.tp.Tracer("test").Start(baggage.ContextWithBaggage(ctx, bag), "request")
+	reqCtx, request := r.tp.Tracer("test").Start(withBaggage(t, ctx, "tenant", "acme"), "request")
 	id, err := producer.Enqueue(reqCtx, job{Name: "remote", Defers: 1, DeferFor: deferFor})
 	request.End()
 	if err != nil {

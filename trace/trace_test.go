@@ -58,15 +58,7 @@ func TestASucceedingJobIsASendAndAProcessUnderTheCallersSpan(t *testing.T) {
 		}
 		p := r.producer(t, h.Backend, set, h.Clock)
 
-		member, err := baggage.NewMember("tenant", "acme")
-		if err != nil {
-			t.Fatal(err)
-		}
-		bag, err := baggage.New(member)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, request := r.tp.Tracer("test").Start(baggage.ContextWithBaggage(t.Context(), bag), "request")
+		ctx, request := r.tp.Tracer("test").Start(withBaggage(t, t.Context(), "tenant", "acme"), "request")
 		id, err := p.Enqueue(ctx, job{Name: "ok"}, queuey.WithCorrelationID("order-7"))
 		request.End()
 		if err != nil {
@@ -534,15 +526,7 @@ func TestTheDeliverHook(t *testing.T) {
 		r := newRig(t)
 		ctx, run := r.tp.Tracer("test").Start(t.Context(), "worker run")
 		defer run.End()
-		secret, err := baggage.NewMember("worker_secret", "s3cr3t")
-		if err != nil {
-			t.Fatal(err)
-		}
-		bag, err := baggage.New(secret)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx = baggage.ContextWithBaggage(ctx, bag)
+		ctx = withBaggage(t, ctx, "worker_secret", "s3cr3t")
 		hctx, finish := r.inst.Hooks().Deliver(ctx, delivery())
 		if got := baggage.FromContext(hctx); got.Len() != 0 {
 			t.Errorf("the handler's baggage is the worker's: %v", got)
