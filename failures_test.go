@@ -2,6 +2,7 @@ package queuey_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
@@ -363,4 +364,49 @@ func TestAPanicInMiddlewareIsRetriedAndTheWorkerSurvives(t *testing.T) {
 			})
 		})
 	}
+}
+
+// The worker decodes a delivery sharing the message's properties
+// (broker.DecodeMessage) and its payload through a pooled decoder: what it
+// reads is still the body as it is, judged as encoding/json judges it.
+func TestTheWorkerJudgesTheBodyAsItIsNotAsPublished(t *testing.T) {
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		ctx := t.Context()
+		handleAll(t, h.Worker, h.Clock)
+
+		// A body changed in place after encoding, its properties left as
+		// they were: malformed, not the job it was published as.
+		good := broker.NewEnvelope("alpha_job", qAlpha, []byte(`{}`), h.Clock.Now())
+		msg, err := good.Message()
+		must(t, err)
+		copy(msg.Body[len(msg.Body)-3:], `{]}`)
+		must(t, h.Backend.Publish(ctx, msg))
+
+		// A payload encoding/json will not put in the handler's type: the
+		// reason is json.Unmarshal's error, word for word.
+		payload := []byte(`{"name": 42}`)
+		wrongShape := broker.NewEnvelope("alpha_job", qAlpha, payload, h.Clock.Now())
+		msg, err = wrongShape.Message()
+		must(t, err)
+		must(t, h.Backend.Publish(ctx, msg))
+		wantErr := json.Unmarshal(payload, new(alphaJob))
+		if wantErr == nil {
+			t.Fatal("the wrong-shaped payload decodes")
+		}
+
+		h.Advance(time.Second)
+		if n := h.Log.Len(); n != 0 {
+			t.Errorf("handler runs: got %d, want 0", n)
+		}
+		dead := h.Backend.DeadLetters(qAlpha)
+		if len(dead) != 2 {
+			t.Fatalf("dead letters: got %d (%+v), want 2", len(dead), dead)
+		}
+		if want := "malformed envelope: "; !strings.HasPrefix(dead[0].Reason, want) {
+			t.Errorf("changed body: reason %q, want prefix %q", dead[0].Reason, want)
+		}
+		if want := "decode error: " + wantErr.Error(); dead[1].Reason != want {
+			t.Errorf("wrong shape: reason %q, want %q", dead[1].Reason, want)
+		}
+	})
 }

@@ -474,7 +474,7 @@ func (w *Worker) process(ctx context.Context, q *queueConfig, hold *actor.Actor[
 	var decodeErr error
 	if w.maxBytes >= 0 && len(msg.Body) > w.maxBytes {
 		decodeErr = &tooLargeError{size: len(msg.Body), limit: w.maxBytes}
-	} else if env, decodeErr = broker.DecodeEnvelope(msg.Body); decodeErr == nil {
+	} else if env, decodeErr = broker.DecodeMessage(msg); decodeErr == nil {
 		jc = w.jobContext(q, env, d, started)
 	}
 	if w.hooks == nil || w.hooks.Deliver == nil {

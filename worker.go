@@ -206,9 +206,7 @@ func newTypedHandler[T Job](h Handler[T]) typedHandler[T] {
 }
 
 func (t typedHandler[T]) decode(payload json.RawMessage) (decodedJob, error) {
-	job := new(T)
-	err := json.Unmarshal(payload, job)
-	return job, err
+	return unmarshalPayload(payload, new(T))
 }
 
 func (t typedHandler[T]) run(ctx context.Context, job decodedJob, jc JobContext) error {

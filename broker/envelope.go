@@ -203,6 +203,20 @@ func DecodeEnvelope(body []byte) (Envelope, error) {
 	return decodeEnvelopeReference(body)
 }
 
+// DecodeMessage is DecodeEnvelope(msg.Body), with the same result and the
+// same errors, except that the envelope shares memory with msg: its
+// payload is a slice of msg.Body (not a copy), and its string fields are
+// msg's properties (ID, Type, Queue, CorrelationID) when the body spells
+// them the same, as a body published by Envelope.Message does. Decoding a
+// delivery so allocates nothing. Treat the payload as read-only; it
+// changes if msg.Body does.
+func DecodeMessage(msg Message) (Envelope, error) {
+	if e, ok := decodeEnvelopeFastSharing(msg.Body, &msg); ok {
+		return e, nil
+	}
+	return decodeEnvelopeReference(msg.Body)
+}
+
 // decodeEnvelopeReference is DecodeEnvelope through encoding/json: the
 // definition of the result and of every error, and the fallback of the fast
 // path (which the fuzz tests hold to the same results).

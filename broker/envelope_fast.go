@@ -375,6 +375,13 @@ func fieldUint(b []byte, i int, limit uint64) (v uint64, end int, ok bool) {
 // for anything else, and for any body DecodeEnvelope refuses, leaving the
 // result and the error to decodeEnvelopeReference.
 func decodeEnvelopeFast(body []byte) (e Envelope, ok bool) {
+	return decodeEnvelopeFastSharing(body, nil)
+}
+
+// decodeEnvelopeFastSharing is decodeEnvelopeFast, with the string fields
+// taken from msg's properties when they are spelled the same, and the
+// payload a slice of body rather than a copy, when msg is not nil.
+func decodeEnvelopeFastSharing(body []byte, msg *Message) (e Envelope, ok bool) {
 	s := jsonScan{b: body}
 	var (
 		seen     uint16
@@ -480,6 +487,19 @@ func decodeEnvelopeFast(body []byte) (e Envelope, ok bool) {
 		return Envelope{}, false
 	}
 
+	if msg != nil {
+		if !escaped && sameString(body, spans[fJobID], msg.ID) && sameString(body, spans[fJobType], msg.Type) &&
+			sameString(body, spans[fQueue], msg.Queue) && sameString(body, spans[fCorrelationID], msg.CorrelationID) {
+			// As published: no allocation at all.
+			e.JobID, e.JobType, e.Queue, e.CorrelationID = msg.ID, msg.Type, msg.Queue, msg.CorrelationID
+			if !isUUID(e.JobID) || e.JobType == "" || e.Queue == "" {
+				return Envelope{}, false
+			}
+			e.Payload = json.RawMessage(body[payStart:payEnd:payEnd])
+			return e, true
+		}
+	}
+
 	// One allocation for the string fields, one for the payload.
 	var sb strings.Builder
 	sb.Grow(strLen)
@@ -502,16 +522,46 @@ func decodeEnvelopeFast(body []byte) (e Envelope, ok bool) {
 	if !isUUID(e.JobID) || e.JobType == "" || e.Queue == "" {
 		return Envelope{}, false
 	}
-	e.Payload = append(json.RawMessage(nil), body[payStart:payEnd]...)
+	if msg != nil {
+		e.Payload = json.RawMessage(body[payStart:payEnd:payEnd])
+	} else {
+		e.Payload = append(json.RawMessage(nil), body[payStart:payEnd]...)
+	}
 	return e, true
 }
 
-// encodedSizeHint is an upper bound of the length of Encode's output when
-// no string needs escaping and the payload is compact.
+// sameString reports whether body[span[0]:span[1]] is s; a field that is
+// absent (a zero span) is the empty string.
+func sameString(body []byte, span [2]int, s string) bool {
+	return string(body[span[0]:span[1]]) == s
+}
+
+// encodedSizeHint is the length of Encode's output when no string needs
+// escaping and the payload is compact (else more is appended, or less):
+// the body is allocated once, at its size, and the memory backend keeps it
+// so, its last acks' bodies included.
 func (e Envelope) encodedSizeHint() int {
-	const fixed = len(`{"job_id":"","job_type":"","queue":"","attempt":,"enqueued_at_ms":,"deferrals":,"priority":,"payload":,"correlation_id":""}`) +
-		10 + 20 + 10 + 3 + 4 // digits of the numbers; null
-	return fixed + len(e.JobID) + len(e.JobType) + len(e.Queue) + len(e.CorrelationID) + len(e.Payload)
+	n := len(`{"job_id":"","job_type":"","queue":"","attempt":,"enqueued_at_ms":,"deferrals":,"priority":,"payload":}`) +
+		len(e.JobID) + len(e.JobType) + len(e.Queue) +
+		decimalLen(uint64(e.Attempt)) + decimalLen(e.EnqueuedAtMs) + decimalLen(uint64(e.Deferrals)) + decimalLen(uint64(e.Priority))
+	if e.Payload == nil {
+		n += len("null")
+	} else {
+		n += len(e.Payload)
+	}
+	if e.CorrelationID != "" {
+		n += len(`,"correlation_id":""`) + len(e.CorrelationID)
+	}
+	return n
+}
+
+// decimalLen is the number of decimal digits of v.
+func decimalLen(v uint64) int {
+	n := 1
+	for ; v >= 10; v /= 10 {
+		n++
+	}
+	return n
 }
 
 // appendFast appends Encode's output to dst, or returns ok false when the

@@ -124,7 +124,37 @@ func checkDecodeMatchesReference(t *testing.T, orig []byte) bool {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("DecodeEnvelope(%q) (-reference +got):\n%s", orig, diff)
 	}
+	checkDecodeMessageMatches(t, orig, want, wantErr)
 	return ok
+}
+
+// checkDecodeMessageMatches fails unless DecodeMessage decodes body as
+// DecodeEnvelope does (want, wantErr), whatever the message's properties
+// say: as published, none, or others.
+func checkDecodeMessageMatches(t *testing.T, orig []byte, want Envelope, wantErr error) {
+	t.Helper()
+	for _, props := range []Message{
+		{ID: want.JobID, Type: want.JobType, Queue: want.Queue, CorrelationID: want.CorrelationID},
+		{},
+		{ID: want.JobID, Type: want.JobType + "x", Queue: want.Queue, CorrelationID: want.CorrelationID},
+		{ID: want.JobID, Type: want.JobType, Queue: want.Queue, CorrelationID: want.CorrelationID + "x"},
+		{ID: strings.ToUpper(want.JobID), Type: want.JobType, Queue: want.Queue},
+	} {
+		props.Body = bytes.Clone(orig)
+		got, err := DecodeMessage(props)
+		if (err == nil) != (wantErr == nil) || err != nil && err.Error() != wantErr.Error() {
+			t.Fatalf("DecodeMessage(%q) error = %v, DecodeEnvelope's %v", orig, err, wantErr)
+		}
+		if err != nil {
+			var m, wm *MalformedError
+			if !errors.As(err, &m) || !errors.As(wantErr, &wm) || m.Field != wm.Field || m.Reason != wm.Reason {
+				t.Fatalf("DecodeMessage(%q) error = %#v, DecodeEnvelope's %#v", orig, err, wantErr)
+			}
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("DecodeMessage(%q) with properties %+v (-DecodeEnvelope +got):\n%s", orig, props, diff)
+		}
+	}
 }
 
 // nesting returns the deepest nesting of arrays and objects in valid JSON.
@@ -347,4 +377,28 @@ func FuzzIsUUIDMatchesItsDefinition(f *testing.F) {
 			t.Errorf("isUUID(%q) = %v, want %v", s, got, want)
 		}
 	})
+}
+
+// TestEncodedSizeHintIsExact: Encode allocates the body at its size when
+// nothing needs escaping and the payload is compact.
+func TestEncodedSizeHintIsExact(t *testing.T) {
+	for _, e := range []Envelope{
+		{JobID: "0f8fad5b-d9cb-469f-a165-70867728950e", JobType: "t", Queue: "q", Attempt: 1, Payload: json.RawMessage(`{}`)},
+		{JobID: "0f8fad5b-d9cb-469f-a165-70867728950e", JobType: "send_email", Queue: "myapp.emails", Attempt: 4294967295,
+			EnqueuedAtMs: 18446744073709551615, Deferrals: 10, Priority: 255, Payload: json.RawMessage(`[1,"x",null]`), CorrelationID: "req-7"},
+		{JobType: "t", Queue: "q", Attempt: 9, EnqueuedAtMs: 9, Deferrals: 99, Priority: 100},
+	} {
+		b, err := e.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) != e.encodedSizeHint() || cap(b) != len(b) && cap(b) > e.encodedSizeHint()+16 {
+			t.Errorf("%s: %d bytes, hint %d, capacity %d", b, len(b), e.encodedSizeHint(), cap(b))
+		}
+	}
+	for v, want := range map[uint64]int{0: 1, 9: 1, 10: 2, 99: 2, 100: 3, 1<<64 - 1: 20} {
+		if got := decimalLen(v); got != want {
+			t.Errorf("decimalLen(%d) = %d, want %d", v, got, want)
+		}
+	}
 }

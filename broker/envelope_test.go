@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -617,4 +618,31 @@ func FuzzDecodeEnvelope(f *testing.F) {
 			t.Fatalf("Encode is not stable:\n%q\n%q", enc, enc2)
 		}
 	})
+}
+
+// DecodeMessage of a message as Envelope.Message makes it allocates
+// nothing: the worker decodes every delivery so.
+func TestDecodeMessageOfAPublishAllocatesNothing(t *testing.T) {
+	e := broker.NewEnvelope("send_email", "myapp.emails", json.RawMessage(`{"to":"ada@example.com"}`), time.UnixMilli(1700000000000))
+	e.CorrelationID = "req-1"
+	msg, err := e.Message()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got broker.Envelope
+	if n := testing.AllocsPerRun(100, func() { got, err = broker.DecodeMessage(msg) }); n != 0 {
+		t.Errorf("DecodeMessage allocates %v times per call, want 0", n)
+	}
+	if err != nil || !reflect.DeepEqual(got, e) {
+		t.Errorf("DecodeMessage = %+v, %v; want %+v", got, err, e)
+	}
+	// A body changed after encoding is decoded as it is, not as published.
+	msg.Body = bytes.Replace(msg.Body, []byte(`"send_email"`), []byte(`"send_sms"`), 1)
+	if got, err = broker.DecodeMessage(msg); err != nil || got.JobType != "send_sms" {
+		t.Errorf("DecodeMessage of a changed body = %+v, %v; want job_type send_sms", got, err)
+	}
+	msg.Body[0] = '['
+	if _, err = broker.DecodeMessage(msg); !errors.Is(err, broker.ErrMalformed) {
+		t.Errorf("DecodeMessage of a body made malformed in place = %v, want ErrMalformed", err)
+	}
 }
