@@ -436,7 +436,9 @@ func (in *Instrumentation) deliver(ctx context.Context, d *queuey.DeliveryInfo) 
 	if oteltrace.SpanContextFromContext(ctx).IsValid() {
 		ctx = oteltrace.ContextWithSpanContext(ctx, oteltrace.SpanContext{})
 	}
-	ctx = baggage.ContextWithoutBaggage(ctx)
+	if baggage.FromContext(ctx).Len() > 0 {
+		ctx = baggage.ContextWithoutBaggage(ctx)
+	}
 	ctx = in.propagator.Extract(ctx, propagation.MapCarrier(d.Headers))
 	creation := oteltrace.SpanContextFromContext(ctx)
 
