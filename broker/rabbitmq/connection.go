@@ -664,6 +664,10 @@ func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo 
 		if err == nil {
 			err = ctx.Err()
 		}
+		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil { // lost while blocked
+			lost = append(lost, todo[k:]...)
+			break
+		}
 		if err != nil {
 			for _, j := range todo[k:] {
 				settled(j, err)

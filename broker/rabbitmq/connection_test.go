@@ -610,6 +610,63 @@ func TestALostConnectionEndsTheRedeclaresWaitForABlock(t *testing.T) {
 	}
 }
 
+// TestABatchWaitingForABlockGoesOnTheNextConnection: a batch waiting for
+// the broker to lift its block on a connection that is then lost goes
+// again on the next connection, as a single publish does, rather than
+// fail.
+func TestABatchWaitingForABlockGoesOnTheNextConnection(t *testing.T) {
+	told := make(chan struct{}, 1)
+	logger := slog.New(&noticeHandler{text: "rabbitmq blocked the connection", seen: told})
+	proxy, b, queue := dialThroughProxy(t, "batch-blocked", &rabbitmq.Options{
+		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, Logger: logger})
+	// A declare sets the trap off: its queue is declared, then its
+	// dead-letter queue waits for the block to lift, until its ctx ends.
+	_, answered := proxy.blockAtDeclare()
+	dctx, dcancel := context.WithTimeout(t.Context(), time.Second)
+	defer dcancel()
+	if err := b.Declare(dctx, broker.QueueSpec{Name: queue + ".more", Durable: true}); !errors.Is(err, rabbitmq.ErrBlocked) {
+		t.Fatalf("Declare on the blocked connection = %v, want ErrBlocked", err)
+	}
+	for _, c := range []<-chan struct{}{told, answered} {
+		select {
+		case <-c:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the connection was not blocked")
+		}
+	}
+	// The batch opens the first publishing channel (confirm.select), then
+	// waits for the block to lift before its first message.
+	selected := proxy.awaitAnswer(85, 11)
+	msgs := make([]broker.Message, 5)
+	for i := range msgs {
+		msgs[i] = broker.Message{Queue: queue, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
+	}
+	errs := make([]error, len(msgs))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.PublishBatch(ctx, msgs, func(i int, err error) { errs[i] = err })
+	}()
+	select {
+	case <-selected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the batch opened no publishing channel")
+	}
+	proxy.down()
+	proxy.up()
+	<-done
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("batch message %d: %v; want it published on the next connection", i, err)
+		}
+	}
+	if n, err := b.Depth(t.Context(), queue); err != nil || n != len(msgs) {
+		t.Errorf("Depth = %d, %v; want the %d messages", n, err, len(msgs))
+	}
+}
+
 // noticeHandler is a slog.Handler that sends on seen (without waiting)
 // for each record whose message contains text, and drops every record.
 type noticeHandler struct {
@@ -722,6 +779,7 @@ type proxy struct {
 	accepted atomic.Int64  // connections the proxy took
 	held     chan struct{} // a token each time bytes to the broker wait in a stall
 	trap     atomic.Pointer[declareTrap]
+	answers  map[[2]uint16]chan struct{} // see awaitAnswer; under mu
 }
 
 // stall holds every byte on its way to the broker, as a congested network
@@ -810,6 +868,30 @@ func (p *proxy) blockAtDeclare() (sprung, answered <-chan struct{}) {
 	trap := &declareTrap{sprung: make(chan struct{}), answered: make(chan struct{})}
 	p.trap.Store(trap)
 	return trap.sprung, trap.answered
+}
+
+// awaitAnswer returns a channel closed once the broker sends a client
+// the method class.id (an answer, such as confirm.select-ok, 85.11):
+// the bytes are on their way to the client, which reads them before
+// anything that comes after them, the end of the connection included.
+func (p *proxy) awaitAnswer(class, id uint16) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.answers == nil {
+		p.answers = map[[2]uint16]chan struct{}{}
+	}
+	c := make(chan struct{})
+	p.answers[[2]uint16{class, id}] = c
+	return c
+}
+
+func (p *proxy) sawAnswer(class, id uint16) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.answers[[2]uint16{class, id}]; ok {
+		close(c)
+		delete(p.answers, [2]uint16{class, id})
+	}
 }
 
 // connectionBlocked is the method frame connection.blocked (class 10,
@@ -989,6 +1071,7 @@ func (p *proxy) serve(l net.Listener) {
 				if class == 50 && id == 11 { // queue.declare-ok
 					p.trapAnswered()
 				}
+				p.sawAnswer(class, id)
 			}}}
 			p.wg.Go(func() { _, _ = io.Copy(toB, c); up.Close() })
 			p.wg.Go(func() {
