@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,4 +180,63 @@ func TestConcurrentDeadLetterReadersSeeThemAllOrAreToldTheyAreInUse(t *testing.T
 			t.Errorf("List after the replay: %d dead letters, %v; want all 20", len(list), err)
 		}
 	})
+}
+
+// A worker that consumes a queue a dead-letter read holds (the dead-letter
+// queue of another queue set: an archiver, an alerter) waits for it, and
+// takes it up once the read is over; it does not crash out of Run.
+func TestAWorkerOnAQueueADeadLetterReadHoldsWaitsForIt(t *testing.T) {
+	watched := queuey.Queue{Name: "orders.dead", Prefetch: 1, MaxPriority: queuey.NoPriorities}
+	set := queuey.QueueSet{Prefix: "p", Queues: []queuey.Queue{watched}}
+	clocktest.Run(t, set, nil, func(t *testing.T, h *clocktest.Harness) {
+		ctx := t.Context()
+		orders := queuey.QueueSet{Prefix: "p", Queues: []queuey.Queue{{Name: "orders"}}}
+		dl, err := queuey.NewDeadLetters(ctx, h.Backend, orders, &queuey.ProducerConfig{Clock: h.Clock})
+		must(t, err)
+		var ran atomic.Int32
+		must(t, queuey.Handle(h.Worker, func(context.Context, deadWatchJob, queuey.JobContext) error {
+			ran.Add(1)
+			return nil
+		}))
+		env := broker.NewEnvelope(deadWatchJob{}.Kind(), "p.orders", []byte(`{}`), h.Clock.Now())
+		msg, err := env.Message()
+		must(t, err)
+		msg.Queue = "p.orders.dead"
+		must(t, h.Backend.Publish(ctx, msg))
+
+		looking, release := make(chan struct{}), make(chan struct{})
+		replayed := make(chan error, 1)
+		go func() {
+			first := true
+			_, err := dl.Replay(ctx, "orders", queuey.ReplayOptions{Select: func(queuey.DeadLetter) bool {
+				if first {
+					first = false
+					close(looking)
+					<-release
+				}
+				return false
+			}})
+			replayed <- err
+		}()
+		<-looking
+		h.Start()
+		h.Advance(10 * time.Second) // the worker finds the queue held, and waits
+		if n := ran.Load(); n != 0 {
+			t.Fatalf("the job ran %d times while the read held it", n)
+		}
+		close(release)
+		must(t, <-replayed)
+		h.WaitFor("the job ran", func() bool { return ran.Load() == 1 })
+		if err := h.Stop(); err != nil {
+			t.Errorf("Run: %v, want nil (a held queue is no crash)", err)
+		}
+	})
+}
+
+// deadWatchJob is what the worker above finds on the dead-letter queue.
+type deadWatchJob struct{}
+
+func (deadWatchJob) Kind() string { return "dead_watch" }
+func (deadWatchJob) Queue() queuey.Queue {
+	return queuey.Queue{Name: "orders.dead", Prefetch: 1, MaxPriority: queuey.NoPriorities}
 }

@@ -65,9 +65,14 @@ func (a *queueActor) Run(ctx context.Context) error {
 	}
 }
 
+// inUseRetry is how long a queue actor waits to consume again a queue an
+// exclusive reader holds.
+const inUseRetry = time.Second
+
 // runOnce consumes until the worker stops (zero, nil), the consumer is
 // lost (an error), a handler pauses the queue (the time to resume), or a
-// suspect of a crash came and ran alone (again: consume again at once).
+// suspect of a crash came and ran alone, or an exclusive reader held the
+// queue a while (again: consume again at once).
 func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool, _ error) {
 	consumer, err := a.w.backend.Consume(ctx, a.q.broker, a.q.prefetch)
 	if errors.Is(err, broker.ErrNoQueue) {
@@ -79,6 +84,22 @@ func (a *queueActor) runOnce(ctx context.Context) (resume time.Time, again bool,
 	}
 	if errors.Is(err, broker.ErrClosed) {
 		a.fail(fmt.Errorf("queue %q: %w", a.q.broker, err))
+		return time.Time{}, false, nil
+	}
+	if errors.Is(err, broker.ErrInUse) {
+		// An exclusive reader has the queue: a dead-letter List, Show or
+		// Replay of another queue set, whose dead-letter queue this is.
+		// It lets go soon; no crash.
+		a.w.log.Warn("queue is held by an exclusive reader (a dead-letter List, Show or Replay); consuming again shortly",
+			"queue", a.q.broker, "retry_in", inUseRetry)
+		t := a.w.clock.Timer(inUseRetry)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return time.Time{}, true, nil
+		case <-ctx.Done():
+		case <-a.stopping.Done():
+		}
 		return time.Time{}, false, nil
 	}
 	if err != nil {
