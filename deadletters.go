@@ -66,6 +66,10 @@ type ReplayOptions struct {
 	// Progress, when set, is called after each dead letter is replayed,
 	// with how many were replayed so far and how many the dead-letter
 	// queue held when the replay began (selected or not).
+	//
+	// Select and Progress run while the replay holds the dead letters:
+	// neither may call List, Show or Replay of the same DeadLetters (that
+	// call would wait for the replay, which waits for it).
 	Progress func(replayed, total int)
 }
 
@@ -207,7 +211,7 @@ func (dl *DeadLetters) walk(ctx context.Context, name string, f func(DeadLetter,
 	// reader holds what there is.
 	c, err := consume(ctx, dead, max(1, min(n, 65535)))
 	if errors.Is(err, ErrInUse) {
-		return fmt.Errorf("%w: the dead letters of %q are being read elsewhere (List, Show or Replay, in this process or another); try again", err, name)
+		return fmt.Errorf("%w: the dead letters of %q are being read elsewhere (List, Show or Replay, in this process or another, or a worker that consumes that queue); try again", err, name)
 	}
 	if err != nil {
 		return err

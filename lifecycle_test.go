@@ -11,6 +11,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/benbjohnson/clock"
+
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/memory"
@@ -137,6 +139,34 @@ func TestAHandlerThatIgnoresItsCtxIsAbandonedAfterTwiceTheShutdownTimeout(t *tes
 		h.Idle() // the abandoned handler returns; its late ack is refused
 		if got := h.Backend.Pending(qAlpha); got != 1 {
 			t.Errorf("pending after the abandoned handler returned: got %d, want the job still there", got)
+		}
+	})
+}
+
+// A handler that returns when its ctx is cancelled is not abandoned while
+// its job is being published again (PoisonAfter: a job cut short by a stop
+// is set aside), however short the shutdown timeout: the publish has
+// giveBackTimeout. Abandoned, the job would be requeued with its
+// consumer and published again too: two copies.
+func TestAJobBeingSetAsideIsNotAbandoned(t *testing.T) {
+	var clk *clock.Mock // set before anything is published
+	slowRedelivery := &queuey.Hooks{Publish: func(_ context.Context, p *queuey.PublishInfo) func(error) {
+		if p.Op == queuey.OpRedelivery {
+			clk.Sleep(400 * time.Millisecond) // a slow broker
+		}
+		return nil
+	}}
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{ShutdownTimeout: 100 * time.Millisecond, PoisonAfter: 3, Hooks: slowRedelivery}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		clk = h.Clock
+		handleAll(t, h.Worker, h.Clock)
+		mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{plan{Name: "long", Block: time.Hour}}))
+		h.Start()
+		if err := h.Stop(); err != nil {
+			t.Errorf("Stop: %v, want nil", err)
+		}
+		if got := h.Backend.Pending(qAlpha); got != 1 {
+			t.Errorf("pending: %d, want the one job, published again once", got)
 		}
 	})
 }

@@ -447,7 +447,9 @@ func doneWhen(wait func()) <-chan struct{} {
 // suspect about to run alone, lets them finish however long they take;
 // once the worker stops (a.stopping, or stop), they have ShutdownTimeout
 // from then, then hardStop cancels their ctx and they have ShutdownTimeout
-// more to return. Handlers still running then ignore their ctx, and no
+// more to return and settle (with PoisonAfter, giveBackTimeout more: a
+// job cut short is published again). Handlers still running then ignore
+// their ctx, and no
 // one can stop a goroutine from outside: they are abandoned (logged, and
 // counted for Run's ErrHandlersStillRunning), their jobs left unsettled
 // for the broker to hand out again. It reports whether done came.
@@ -467,14 +469,20 @@ func (a *queueActor) waitFor(stop, done <-chan struct{}, hardStop func()) bool {
 	}
 	a.w.log.Warn("shutdown timeout: cancelling running handlers", "queue", a.q.broker, "timeout", a.w.shutdownTimeout)
 	hardStop()
-	timer.Reset(a.w.shutdownTimeout)
+	// Then a handler returns, and its job is settled: with PoisonAfter,
+	// published again (setAsideWithin), which may take giveBackTimeout.
+	grace := a.w.shutdownTimeout
+	if a.w.poisonAfter > 0 {
+		grace += giveBackTimeout
+	}
+	timer.Reset(grace)
 	select {
 	case <-done:
 		return true
 	case <-timer.C:
 	}
 	a.w.log.Error("handlers ignored their cancelled ctx; abandoning them, their jobs unsettled (the broker hands them out again)",
-		"queue", a.q.broker, "waited_after_cancel", a.w.shutdownTimeout)
+		"queue", a.q.broker, "waited_after_cancel", grace)
 	a.w.abandoned.Add(1)
 	return false
 }

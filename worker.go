@@ -262,7 +262,8 @@ func Register[T Job](w *Worker, h Handler[T]) (err error) {
 // queue and the hold actor, and runs jobs until ctx ends. Then it stops
 // gracefully: it stops pulling, gives deliveries not yet started back to the
 // broker, waits up to ShutdownTimeout for running handlers, then cancels
-// their ctx and waits up to ShutdownTimeout more for them to return, and
+// their ctx and waits up to ShutdownTimeout more for them to return (with
+// PoisonAfter, 10 s more, for their jobs to be published again), and
 // returns nil. A handler that ignores its cancelled ctx cannot be stopped:
 // Run then returns ErrHandlersStillRunning, leaving it running, its job
 // unsettled (the broker hands it out again; at least once).
@@ -305,13 +306,17 @@ func (w *Worker) Run(ctx context.Context) error {
 		a := &queueActor{w: w, q: q, hold: hold, fail: fail, stopping: ctx}
 		children = append(children, supervisor.Child{Name: "queue:" + q.broker, Run: a.Run, Restart: supervisor.Permanent})
 	}
+	// A queue actor gives its handlers 2×ShutdownTimeout, and with
+	// PoisonAfter giveBackTimeout more (waitFor); this is a backstop.
+	backstop := 3 * w.shutdownTimeout
+	if w.poisonAfter > 0 {
+		backstop += giveBackTimeout
+	}
 	sup := supervisor.New(supervisor.Spec{
-		Name:   "worker",
-		Clock:  w.clock,
-		Logger: w.log,
-		// A queue actor gives its handlers 2×ShutdownTimeout (waitFor); this
-		// is a backstop.
-		ShutdownTimeout: 3 * w.shutdownTimeout,
+		Name:            "worker",
+		Clock:           w.clock,
+		Logger:          w.log,
+		ShutdownTimeout: backstop,
 	}, children...)
 
 	w.log.Info("worker starting", "queues", len(w.queues), "concurrency", w.concurrency, "handlers", len(w.handlers))
