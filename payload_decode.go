@@ -4,8 +4,11 @@ package queuey
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/json"
+	"reflect"
 	"sync"
+	"time"
 )
 
 // maxPooledPayload bounds the payloads unmarshalPayload decodes with a
@@ -47,7 +50,7 @@ func unmarshalPayload[T any](data []byte, v *T) (*T, error) {
 	start := p.dec.InputOffset()
 	err := p.dec.Decode(v)
 	used := p.dec.InputOffset() - start
-	p.r.Reset(nil) // hold no reference to data in the pool
+	p.r.Reset(nil) // hold no reference to data (the decoder keeps a copy of it in its buffer)
 	if used != int64(len(data)) {
 		// The scan failed (the decoder keeps the error: drop it), or
 		// something follows the value (it stays buffered: drop it too).
@@ -56,4 +59,51 @@ func unmarshalPayload[T any](data []byte, v *T) (*T, error) {
 	}
 	payloadDecoders.Put(p)
 	return v, err
+}
+
+// payloadPoolable reports whether T's payloads may decode through the
+// pooled decoder: whether no UnmarshalJSON or UnmarshalText outside a few
+// known ones is reached while decoding a T. Such a method is handed a
+// slice of the decoder's buffer, which the pool reuses for the next job,
+// where json.Unmarshal hands it a slice of the payload; one that keeps the
+// slice (encoding/json says to copy it) would see it change.
+func payloadPoolable[T any]() bool {
+	return !reachesUnmarshaler(reflect.TypeFor[T](), map[reflect.Type]bool{})
+}
+
+var (
+	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+	// Unmarshalers that copy what they keep.
+	copyingUnmarshalers = map[reflect.Type]bool{
+		reflect.TypeFor[time.Time]():       true,
+		reflect.TypeFor[json.RawMessage](): true,
+	}
+)
+
+func reachesUnmarshaler(t reflect.Type, seen map[reflect.Type]bool) bool {
+	if seen[t] {
+		return false
+	}
+	seen[t] = true
+	if copyingUnmarshalers[t] {
+		return false
+	}
+	if t.Implements(jsonUnmarshaler) || t.Implements(textUnmarshaler) ||
+		reflect.PointerTo(t).Implements(jsonUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) {
+		return true
+	}
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Array:
+		return reachesUnmarshaler(t.Elem(), seen)
+	case reflect.Map:
+		return reachesUnmarshaler(t.Key(), seen) || reachesUnmarshaler(t.Elem(), seen)
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if reachesUnmarshaler(t.Field(i).Type, seen) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -1,12 +1,14 @@
 package queuey
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // payloadProbe covers what unmarshalling can do: nested values, a
@@ -85,4 +87,75 @@ func FuzzUnmarshalPayloadMatchesUnmarshal(f *testing.F) {
 		checkPayloadDecode(t, data)
 		checkPayloadDecode(t, data) // again, with a decoder from the pool
 	})
+}
+
+// retainer keeps the bytes it is given, against encoding/json's advice.
+type retainer struct{ kept []byte }
+
+func (r *retainer) UnmarshalJSON(b []byte) error {
+	r.kept = b
+	return nil
+}
+
+type textKeeper string
+
+func (k *textKeeper) UnmarshalText(b []byte) error {
+	*k = textKeeper(b)
+	return nil
+}
+
+type listNode struct {
+	N    int
+	Next *listNode
+}
+
+type retainJob struct {
+	V retainer `json:"v"`
+}
+
+func (retainJob) Kind() string { return "retain" }
+func (retainJob) Queue() Queue { return Queue{Name: "q"} }
+func (timeJob) Kind() string   { return "time" }
+func (timeJob) Queue() Queue   { return Queue{Name: "q"} }
+
+type timeJob struct {
+	At  time.Time       `json:"at"`
+	Raw json.RawMessage `json:"raw"`
+	N   int             `json:"n"`
+}
+
+func TestPayloadPoolable(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		got  bool
+		want bool
+	}{
+		{"plain", payloadPoolable[struct{ N int }](), true},
+		{"time and raw JSON", payloadPoolable[timeJob](), true},
+		{"a cycle", payloadPoolable[listNode](), true},
+		{"anything", payloadPoolable[struct{ A any }](), true},
+		{"an UnmarshalJSON", payloadPoolable[retainJob](), false},
+		{"deep inside", payloadPoolable[struct{ M map[string][]*retainer }](), false},
+		{"an UnmarshalText key", payloadPoolable[map[textKeeper]int](), false},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: poolable %t, want %t", c.name, c.got, c.want)
+		}
+	}
+}
+
+// A job type whose UnmarshalJSON keeps its bytes is decoded by
+// json.Unmarshal, from the payload: the next job does not change them.
+func TestAnUnmarshalerThatKeepsItsBytesKeepsThem(t *testing.T) {
+	h := newTypedHandler[retainJob](HandlerFunc[retainJob](func(context.Context, retainJob, JobContext) error { return nil }))
+	first, err := h.decode(json.RawMessage(`{"v":"first job"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.decode(json.RawMessage(`{"v":"other job"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(first.(*retainJob).V.kept); got != `"first job"` {
+		t.Errorf("the first job's kept bytes read %s, want \"first job\"", got)
+	}
 }

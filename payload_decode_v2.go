@@ -10,3 +10,6 @@ import "encoding/json"
 func unmarshalPayload[T any](data []byte, v *T) (*T, error) {
 	return v, json.Unmarshal(data, v)
 }
+
+// payloadPoolable is false: there is no pool under the experiment.
+func payloadPoolable[T any]() bool { return false }

@@ -198,14 +198,19 @@ type decodedJob any
 type typedHandler[T Job] struct {
 	h         Handler[T]
 	hasPolicy bool // T is a RetryPolicer
+	pooled    bool // T's payloads decode through the pooled decoder (payloadPoolable)
 }
 
 func newTypedHandler[T Job](h Handler[T]) typedHandler[T] {
 	_, hasPolicy := any(*new(T)).(RetryPolicer)
-	return typedHandler[T]{h: h, hasPolicy: hasPolicy}
+	return typedHandler[T]{h: h, hasPolicy: hasPolicy, pooled: payloadPoolable[T]()}
 }
 
 func (t typedHandler[T]) decode(payload json.RawMessage) (decodedJob, error) {
+	if !t.pooled {
+		job := new(T)
+		return job, json.Unmarshal(payload, job)
+	}
 	return unmarshalPayload(payload, new(T))
 }
 

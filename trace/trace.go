@@ -537,10 +537,10 @@ func failure(o *queuey.Outcome) (errType, desc string, failed bool) {
 		return "settle_failed", "settle failed: " + o.SettleErr.Error(), true
 	case o.Result != queuey.Retried && o.Result != queuey.DeadLettered:
 		return "", "", false
+	case o.Panicked: // first: a panic after the timeout has its value in the timeout's text
+		return "panic", "handler panicked", true
 	case o.TimedOut:
 		return "timeout", errText(o.Err, "handler timed out"), true
-	case o.Panicked:
-		return "panic", "handler panicked", true
 	case isFatal(o.Err):
 		return "fatal", o.Err.Error(), true
 	case o.Err != nil:

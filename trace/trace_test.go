@@ -549,6 +549,20 @@ func TestTheDeliverHook(t *testing.T) {
 		}
 	})
 
+	t.Run("a panic after the job's timeout keeps its value off the span", func(t *testing.T) {
+		r := newRig(t)
+		_, finish := r.inst.Hooks().Deliver(t.Context(), delivery())
+		finish(queuey.Outcome{Result: queuey.Retried, TimedOut: true, Panicked: true, Ran: true,
+			Err: errors.New("job timed out after 50ms: handler panicked: password=hunter2")})
+		s := r.spans.Ended()[0]
+		if got := s.Status(); got.Code != codes.Error || got.Description != "handler panicked" {
+			t.Errorf("status %v %q, want Error \"handler panicked\"", got.Code, got.Description)
+		}
+		if got := view(s).Attrs["error.type"]; got != "panic" {
+			t.Errorf("error.type %q, want panic", got)
+		}
+	})
+
 	t.Run("lateness is never negative", func(t *testing.T) {
 		r := newRig(t)
 		d := delivery()
