@@ -95,9 +95,8 @@ func All() func(DeadLetter) bool { return func(DeadLetter) bool { return true } 
 // dead-letter queue for a moment; they all go back, in order, before List
 // returns. Calls on one DeadLetters take turns; one that finds another
 // reader at the queue (another DeadLetters, another process) fails with
-// ErrInUse rather than return the part the other left.
-//
-// Every call of List, Show and Replay reads so.
+// ErrInUse rather than return the part the other left. Show and Replay
+// read the same way.
 func (dl *DeadLetters) List(ctx context.Context, name string) ([]DeadLetter, error) {
 	var out []DeadLetter
 	err := dl.walk(ctx, name, func(d DeadLetter, _ broker.Delivery) (bool, error) {

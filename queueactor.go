@@ -449,10 +449,10 @@ func doneWhen(wait func()) <-chan struct{} {
 // from then, then hardStop cancels their ctx and they have ShutdownTimeout
 // more to return and settle (with PoisonAfter, giveBackTimeout more: a
 // job cut short is published again). Handlers still running then ignore
-// their ctx, and no
-// one can stop a goroutine from outside: they are abandoned (logged, and
-// counted for Run's ErrHandlersStillRunning), their jobs left unsettled
-// for the broker to hand out again. It reports whether done came.
+// their ctx, and no one can stop a goroutine from outside: they are
+// abandoned (logged, and counted for Run's ErrHandlersStillRunning), their
+// jobs left unsettled for the broker to hand out again. It reports whether
+// done came.
 func (a *queueActor) waitFor(stop, done <-chan struct{}, hardStop func()) bool {
 	select {
 	case <-done:
