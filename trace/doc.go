@@ -142,7 +142,14 @@
 // up. Holds published by uninstrumented processes are not counted; one
 // released to an uninstrumented worker is never counted down, and one whose
 // worker crashed after taking it up is counted down twice (the broker
-// redelivers it).
+// redelivers it). Each process's own series is not a level on its own (a
+// producer's only rises, a worker's falls below zero), and a process that
+// restarts leaves the sum off by what it had counted: read it as a sum
+// over a fleet whose processes are up, or as the flow of its increase.
+//
+// A handler that a stopping worker abandons (it ignored its cancelled ctx;
+// Worker.Run returns queuey.ErrHandlersStillRunning) ends its span and
+// leaves in_flight only if it ever returns.
 //
 // # Concurrency and lifetime
 //
