@@ -151,21 +151,7 @@ func TestConcurrentDeadLetterReadersSeeThemAllOrAreToldTheyAreInUse(t *testing.T
 		}
 
 		// A replay holds the dead letters while it looks at the first.
-		looking, release := make(chan struct{}), make(chan struct{})
-		replayed := make(chan error, 1)
-		go func() {
-			first := true
-			_, err := dl.Replay(ctx, "beta", queuey.ReplayOptions{Select: func(queuey.DeadLetter) bool {
-				if first {
-					first = false
-					close(looking)
-					<-release
-				}
-				return false
-			}})
-			replayed <- err
-		}()
-		<-looking
+		release, replayed := holdDeadLetters(ctx, dl, "beta")
 		other, err := queuey.NewDeadLetters(ctx, h.Backend, app, &queuey.ProducerConfig{Clock: h.Clock})
 		must(t, err)
 		if list, err := other.List(ctx, "beta"); !errors.Is(err, queuey.ErrInUse) {
@@ -174,7 +160,7 @@ func TestConcurrentDeadLetterReadersSeeThemAllOrAreToldTheyAreInUse(t *testing.T
 		if _, err := other.Show(ctx, "beta", ids[7]); !errors.Is(err, queuey.ErrInUse) {
 			t.Errorf("Show beside a replay: %v, want ErrInUse", err)
 		}
-		close(release)
+		release()
 		must(t, <-replayed)
 		if list, err := other.List(ctx, "beta"); err != nil || len(list) != 20 {
 			t.Errorf("List after the replay: %d dead letters, %v; want all 20", len(list), err)
@@ -204,27 +190,13 @@ func TestAWorkerOnAQueueADeadLetterReadHoldsWaitsForIt(t *testing.T) {
 		msg.Queue = "p.orders.dead"
 		must(t, h.Backend.Publish(ctx, msg))
 
-		looking, release := make(chan struct{}), make(chan struct{})
-		replayed := make(chan error, 1)
-		go func() {
-			first := true
-			_, err := dl.Replay(ctx, "orders", queuey.ReplayOptions{Select: func(queuey.DeadLetter) bool {
-				if first {
-					first = false
-					close(looking)
-					<-release
-				}
-				return false
-			}})
-			replayed <- err
-		}()
-		<-looking
+		release, replayed := holdDeadLetters(ctx, dl, "orders")
 		h.Start()
 		h.Advance(10 * time.Second) // the worker finds the queue held, and waits
 		if n := ran.Load(); n != 0 {
 			t.Fatalf("the job ran %d times while the read held it", n)
 		}
-		close(release)
+		release()
 		must(t, <-replayed)
 		h.WaitFor("the job ran", func() bool { return ran.Load() == 1 })
 		if err := h.Stop(); err != nil {
@@ -239,4 +211,27 @@ type deadWatchJob struct{}
 func (deadWatchJob) Kind() string { return "dead_watch" }
 func (deadWatchJob) Queue() queuey.Queue {
 	return queuey.Queue{Name: "orders.dead", Prefetch: 1, MaxPriority: queuey.NoPriorities}
+}
+
+// holdDeadLetters starts a Replay of the queue named name that selects
+// nothing and holds the dead letters at the first of them until release
+// is called; it returns once the replay holds them. replayed yields the
+// replay's error.
+func holdDeadLetters(ctx context.Context, dl *queuey.DeadLetters, name string) (release func(), replayed <-chan error) {
+	looking, let := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		first := true
+		_, err := dl.Replay(ctx, name, queuey.ReplayOptions{Select: func(queuey.DeadLetter) bool {
+			if first {
+				first = false
+				close(looking)
+				<-let
+			}
+			return false
+		}})
+		done <- err
+	}()
+	<-looking
+	return func() { close(let) }, done
 }
