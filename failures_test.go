@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -157,6 +158,38 @@ func TestAJobTimeoutIsRetryable(t *testing.T) {
 			t.Errorf("acked: got %d, want 2 (the timed-out run's retry, then the success)", acked)
 		}
 	})
+}
+
+// A run that outlives its job timeout failed, whatever its handler then
+// returns on the cancelled ctx (SPEC §2: +1 attempt, the policy decides):
+// a Fatal or a Defer built from the ctx's error is a retry too. A handler
+// that returns nil finished its work: that is taken at its word.
+func TestAJobTimeoutIsARetryWhateverTheHandlerThenReturns(t *testing.T) {
+	q := queuey.Queue{Name: "p", JobTimeout: 5 * time.Second, Retry: &queuey.RetryPolicy{MaxAttempts: 2}}
+	set := queuey.QueueSet{Prefix: "test", Queues: []queuey.Queue{q}}
+	for _, c := range []struct {
+		name string
+		then func(ctx context.Context) error
+	}{
+		{"fatal", func(ctx context.Context) error { return queuey.Fatal(fmt.Errorf("upstream call: %w", ctx.Err())) }},
+		{"defer", func(context.Context) error { return queuey.Defer(time.Second, "upstream slow") }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clocktest.Run(t, set, nil, func(t *testing.T, h *clocktest.Harness) {
+				must(t, queuey.Handle(h.Worker, func(ctx context.Context, _ pJob, _ queuey.JobContext) error {
+					<-ctx.Done() // the timeout
+					return c.then(ctx)
+				}))
+				id := mustID(t)(h.Producer.Enqueue(t.Context(), pJob{}))
+				h.Advance(time.Minute)
+				wantShapes(t, h.Log.Of(id), shape{1, 0, 0}, shape{2, 0, 0})
+				dead := h.Backend.DeadLetters("test.p")
+				if len(dead) != 1 || !strings.HasPrefix(dead[0].Reason, "max attempts (2) exhausted after attempt 2: job timed out after 5s") {
+					t.Errorf("dead letters: %+v, want the job, its two attempts timed out", dead)
+				}
+			})
+		})
+	}
 }
 
 func TestWhatCannotRunIsDeadLetteredAndTheHandlerNeverRuns(t *testing.T) {

@@ -36,7 +36,9 @@ type Queue struct {
 	// A job may override it by implementing RetryPolicer.
 	Retry *RetryPolicy
 	// JobTimeout cancels a handler's ctx after this long and counts the run
-	// as a retryable failure. Default: WorkerConfig.JobTimeout.
+	// as a retryable failure, whatever error the handler then returns (a
+	// Fatal or a Defer too); one that returns nil finished its work, and
+	// succeeded. Default: WorkerConfig.JobTimeout.
 	JobTimeout time.Duration
 	// Transient queues (and their hold queues) do not survive a broker
 	// restart. Default: durable.
