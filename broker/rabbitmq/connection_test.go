@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/rabbitmq"
@@ -1134,5 +1136,61 @@ func TestFormattingABackendNeverShowsThePassword(t *testing.T) {
 		if got := fmt.Sprintf(verb, b); strings.Contains(got, "guest@") && !strings.Contains(got, "xxxxx") {
 			t.Errorf("%s of the backend shows the password: %s", verb, got)
 		}
+	}
+}
+
+// TestAPublishHasTheWirePropertiesOfSPEC7: read back raw, a message carries
+// what the Rust crate and any AMQP tool expect: content type
+// application/json, persistent, message id = job id, type = kind, its
+// priority and correlation id, and the x-attempt and x-deferrals headers
+// as unsigned 32-bit integers (AMQP long-uint, as the Rust crate sends).
+func TestAPublishHasTheWirePropertiesOfSPEC7(t *testing.T) {
+	b := rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
+	defer b.Close()
+	q := unique("wire") + ".work"
+	t.Cleanup(func() { rabbittest.DeleteQueues(t, q, broker.DeadQueueName(q)) })
+	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	env := broker.NewEnvelope("send_email", q, []byte(`{"to":"a@example.com"}`), time.Now())
+	env.Attempt, env.Deferrals, env.Priority, env.CorrelationID = 3, 2, 7, "order-7"
+	msg, err := env.Message()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(t.Context(), msg); err != nil {
+		t.Fatal(err)
+	}
+
+	conn, err := amqp.Dial(rabbittest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ok, err := ch.Get(q, true)
+	if err != nil || !ok {
+		t.Fatalf("basic.get: %v, %t", err, ok)
+	}
+	got := map[string]any{
+		"content type": d.ContentType, "delivery mode": d.DeliveryMode, "message id": d.MessageId,
+		"type": d.Type, "priority": d.Priority, "correlation id": d.CorrelationId,
+		"x-attempt": d.Headers["x-attempt"], "x-deferrals": d.Headers["x-deferrals"],
+	}
+	want := map[string]any{
+		"content type": "application/json", "delivery mode": amqp.Persistent, "message id": env.JobID,
+		"type": "send_email", "priority": uint8(7), "correlation id": "order-7",
+		"x-attempt": uint32(3), "x-deferrals": uint32(2),
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s: got %v (%T), want %v (%T)", k, got[k], got[k], w, w)
+		}
+	}
+	if string(d.Body) != string(msg.Body) {
+		t.Errorf("body: got %s, want %s", d.Body, msg.Body)
 	}
 }
