@@ -90,8 +90,9 @@ func ByKind(kind string) func(DeadLetter) bool {
 // All selects every dead letter that can be replayed.
 func All() func(DeadLetter) bool { return func(DeadLetter) bool { return true } }
 
-// List returns the dead letters of the queue named name (Queue.Name),
-// oldest first, up to 65,535 of them. Reading them takes them off the
+// List returns the dead letters of the queue named name (Queue.Name), in
+// the dead-letter queue's order (the order they were dead-lettered in), the
+// first ListLimit of them at most. Reading them takes them off the
 // dead-letter queue for a moment; they all go back, in order, before List
 // returns. Calls on one DeadLetters take turns; one that finds another
 // reader at the queue (another DeadLetters, another process) fails with
@@ -127,8 +128,11 @@ var ErrNotFound = errors.New("queuey: not found")
 // their work queue with their attempts reset to 1 (and their deferrals to
 // 0), now or after opts.After. A dead letter leaves the dead-letter queue
 // only once its republish is confirmed, so a replay cut short loses
-// nothing; the others stay where they were. It returns how many were
-// replayed.
+// nothing; the others stay where they were. One whose republish has begun
+// is finished, publish and removal, whatever ctx does (replayOneTimeout at
+// most): cut between the two, it would be in both queues. Beyond the
+// 65,535 a read takes at once (ListLimit), it reads again as long as it
+// replays some. It returns how many were replayed.
 func (dl *DeadLetters) Replay(ctx context.Context, name string, opts ReplayOptions) (int, error) {
 	if opts.Select == nil {
 		return 0, fmt.Errorf("%w: replay needs a selection (ByID, ByKind or All)", ErrInvalidJob)
@@ -140,15 +144,21 @@ func (dl *DeadLetters) Replay(ctx context.Context, name string, opts ReplayOptio
 	if !ok {
 		return 0, fmt.Errorf("%w: queue %q is not in the queue set", ErrUnknownQueue, name)
 	}
-	total, err := dl.backend.Depth(ctx, broker.DeadQueueName(q.broker))
+	dead := broker.DeadQueueName(q.broker)
+	total, err := dl.backend.Depth(ctx, dead)
 	if err != nil {
 		return 0, err
 	}
 	replayed := 0
-	err = dl.walk(ctx, name, func(d DeadLetter, del broker.Delivery) (bool, error) {
+	one := func(d DeadLetter, del broker.Delivery) (bool, error) {
 		if d.Malformed || !opts.Select(d) {
 			return false, nil
 		}
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		ctx, cancel := dl.clock.WithTimeout(context.WithoutCancel(ctx), replayOneTimeout)
+		defer cancel()
 		env, _ := broker.DecodeEnvelope(d.Body) // it decoded once already
 		env.Attempt, env.Deferrals, env.Priority, env.Queue = 1, 0, 0, q.broker
 		var err error
@@ -171,9 +181,26 @@ func (dl *DeadLetters) Replay(ctx context.Context, name string, opts ReplayOptio
 			opts.Progress(replayed, total)
 		}
 		return true, nil
-	})
-	return replayed, err
+	}
+	for {
+		before := replayed
+		n, err := dl.backend.Depth(ctx, dead)
+		if err == nil {
+			err = dl.walk(ctx, name, one)
+		}
+		if err != nil || replayed == before || n <= ListLimit {
+			return replayed, err
+		}
+	}
 }
+
+// ListLimit is how many dead letters one read takes at most: List's limit
+// (RabbitMQ's largest prefetch).
+const ListLimit = 65535
+
+// replayOneTimeout bounds the replay of one dead letter, publish and
+// removal, once begun.
+const replayOneTimeout = 10 * time.Second
 
 // walk hands every dead letter of the queue named name to f, with its
 // delivery; f says whether it settled the delivery. Those it did not go
@@ -208,7 +235,7 @@ func (dl *DeadLetters) walk(ctx context.Context, name string, f func(DeadLetter,
 	}
 	// Even with nothing ready, the exclusive consume says whether another
 	// reader holds what there is.
-	c, err := consume(ctx, dead, max(1, min(n, 65535)))
+	c, err := consume(ctx, dead, max(1, min(n, ListLimit)))
 	if errors.Is(err, ErrInUse) {
 		return fmt.Errorf("%w: the dead letters of %q are being read elsewhere (List, Show or Replay, in this process or another, or a worker that consumes that queue); try again", err, name)
 	}
@@ -217,7 +244,7 @@ func (dl *DeadLetters) walk(ctx context.Context, name string, f func(DeadLetter,
 	}
 	defer c.Cancel() // what was not settled goes back, in order
 	now := dl.clock.Now()
-	for read := range min(n, 65535) {
+	for read := range min(n, ListLimit) {
 		// They were counted ready: they come at once, unless someone took
 		// them meanwhile (a reader on a backend without exclusive
 		// consumers, a purge). Give up after a quiet spell, not at ctx's

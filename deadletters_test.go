@@ -98,6 +98,56 @@ func (f failingPublish) Publish(ctx context.Context, m broker.Message) error {
 	return errors.New("broker said no")
 }
 
+// cancelAtPublish cancels its caller's ctx while the third publish waits
+// for its confirm, as an operator's Ctrl-C would: the message is on the
+// queue, and a publish on that ctx hears of the cancellation.
+type cancelAtPublish struct {
+	*memory.Backend
+	cancel context.CancelFunc
+	n      atomic.Int32
+}
+
+func (c *cancelAtPublish) Publish(ctx context.Context, m broker.Message) error {
+	err := c.Backend.Publish(ctx, m)
+	if c.n.Add(1) == 3 {
+		c.cancel()
+		select {
+		case <-ctx.Done(): // (a mock clock's ctx hears of its parent's end a moment later)
+			return ctx.Err() // published, but the caller waited no longer
+		case <-time.After(time.Second): // the bubble's time: once all else waits
+		}
+	}
+	return err
+}
+
+// A replay cut short (its ctx cancelled) finishes the dead letter whose
+// republish had begun: it leaves the dead letters as it reached the work
+// queue, and none is in both.
+func TestAReplayCutShortLeavesNoCopyBehind(t *testing.T) {
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		for i := range 5 {
+			mustID(t)(h.Producer.Enqueue(t.Context(), betaJob{plan{Name: fmt.Sprint(i), Fatal: true}}))
+		}
+		h.Advance(time.Second)
+		must(t, h.Stop()) // what is replayed stays on the queue, to be counted
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		backend := &cancelAtPublish{Backend: h.Backend, cancel: cancel}
+		dl, err := queuey.NewDeadLetters(t.Context(), backend, app, &queuey.ProducerConfig{Clock: h.Clock})
+		must(t, err)
+		n, err := dl.Replay(ctx, "beta", queuey.ReplayOptions{Select: queuey.All()})
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Replay: %d, %v; want context.Canceled", n, err)
+		}
+		// The third was on its way when the ctx ended: it is finished.
+		pending, dead := h.Backend.Pending(qBeta), len(h.Backend.DeadLetters(qBeta))
+		if n != 3 || pending != 3 || dead != 2 {
+			t.Errorf("replayed %d; %d on the queue, %d dead letters; want 3 moved, none in both places (3, 3, 2)", n, pending, dead)
+		}
+	})
+}
+
 func TestAReplayThatCannotPublishLosesNothing(t *testing.T) {
 	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
 		ctx := t.Context()
