@@ -285,3 +285,30 @@ func holdDeadLetters(ctx context.Context, dl *queuey.DeadLetters, name string) (
 	<-looking
 	return func() { close(let) }, done
 }
+
+// A read takes ListLimit dead letters at most; a replay of all reads again
+// until none is left.
+func TestAReplayOfAllGoesPastOneRead(t *testing.T) {
+	ctx := t.Context()
+	backend := memory.New(nil)
+	defer backend.Close()
+	dl, err := queuey.NewDeadLetters(ctx, backend, app, nil)
+	must(t, err)
+	const n = queuey.ListLimit + 10
+	for range n {
+		env := broker.NewEnvelope("beta_job", qBeta, []byte(`{}`), time.Now())
+		msg, err := env.Message()
+		must(t, err)
+		must(t, backend.DeadLetter(ctx, broker.DeadLetter{Message: msg, Reason: "test"}))
+	}
+	list, err := dl.List(ctx, "beta")
+	must(t, err)
+	if len(list) != queuey.ListLimit {
+		t.Errorf("List: %d, want the first %d", len(list), queuey.ListLimit)
+	}
+	replayed, err := dl.Replay(ctx, "beta", queuey.ReplayOptions{Select: queuey.All()})
+	must(t, err)
+	if replayed != n || len(backend.DeadLetters(qBeta)) != 0 || backend.Pending(qBeta) != n {
+		t.Errorf("replayed %d, %d dead letters left, %d pending; want all %d moved", replayed, len(backend.DeadLetters(qBeta)), backend.Pending(qBeta), n)
+	}
+}
