@@ -91,7 +91,7 @@ func Dial(ctx context.Context, rawURL string, opts *Options) (*Backend, error) {
 	switch {
 	case err != nil:
 		// The parser's text may quote part of the password: none of it.
-		return nil, fmt.Errorf("rabbitmq: the AMQP URL does not parse; a user name or password holding '/', '?', '#', '@', ':', '%%' or a space must be percent-encoded (url.UserPassword does it)")
+		return nil, fmt.Errorf("rabbitmq: the AMQP URL does not parse: is its port a number? A user name or password holding '/', '?', '#', '@', ':', '%%' or a space must be percent-encoded (url.UserPassword does it)")
 	case u.Scheme != "amqp" && u.Scheme != "amqps":
 		return nil, fmt.Errorf("rabbitmq: %q is not an amqp:// or amqps:// URL", b.safeURL)
 	}

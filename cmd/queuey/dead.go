@@ -53,6 +53,12 @@ func (t *target) check() error {
 	if err := broker.ValidateQueueName(t.brokerName()); err != nil {
 		return fmt.Errorf("-prefix and -queue: %w", err)
 	}
+	if work, ok := strings.CutSuffix(t.queue, broker.DeadSuffix); ok {
+		return fmt.Errorf("-queue %q names a dead-letter queue; name its work queue: -queue %s", t.queue, work)
+	}
+	if work, _, ok := broker.ParseHoldQueueName(t.queue); ok {
+		return fmt.Errorf("-queue %q names a hold queue; name its work queue: -queue %s", t.queue, work)
+	}
 	t.url = cmp.Or(t.url, os.Getenv("QUEUEY_AMQP_URL"), defaultURL)
 	return nil
 }
@@ -63,7 +69,7 @@ func (t *target) brokerName() string { return broker.QueueName(t.prefix, t.queue
 // open connects and returns the queue's dead-letter tool and the backend
 // to close. A queue that does not exist is an error: an inspection must
 // not create queues (a typo in -queue would leave a pair behind).
-func (t *target) open(ctx context.Context, stderr io.Writer) (*queuey.DeadLetters, io.Closer, error) {
+func (t *target) open(ctx context.Context, stderr io.Writer) (*queuey.DeadLetters, *rabbitmq.Backend, error) {
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	backend, err := rabbitmq.Dial(ctx, t.url, &rabbitmq.Options{ConnectionName: "queuey cli", Logger: logger})
 	if err != nil {
@@ -187,6 +193,11 @@ func deadList(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return c.fail(err)
 	}
 	fmt.Fprintf(stdout, "%s in %s\n", count(len(list)), dead)
+	if len(list) == queuey.ListLimit {
+		if total, err := backend.Depth(ctx, dead); err == nil && total > len(list) {
+			fmt.Fprintf(stdout, "(the first %d of %d: a list reads %d at most; replay -all goes past them)\n", len(list), total, queuey.ListLimit)
+		}
+	}
 	return exitOK
 }
 

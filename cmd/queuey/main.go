@@ -16,11 +16,16 @@
 // replay publishes into it; a queue declared otherwise is refused with
 // PRECONDITION_FAILED, and nothing is changed.
 //
+// -queue names the work queue, never its dead-letter or hold queues.
+//
 // Listing (and showing) takes the dead letters off their queue for a
-// moment and puts them all back, in order. A replay republishes the
-// selected ones with their attempts reset to 1, now or after -after, and
-// removes each from the dead letters once its republish is confirmed.
-// Unless -yes is given it first says how many it would replay and asks.
+// moment and puts them all back, in order; a list shows the first 65,535
+// and says when there are more. A replay republishes the selected ones
+// with their attempts reset to 1, now or after -after, and removes each
+// from the dead letters once its republish is confirmed; -all goes past
+// the first 65,535. Unless -yes is given it first says how many it would
+// replay and asks. Ctrl-C stops a replay after the dead letter it is
+// moving (a second one ends the process at once).
 //
 // Exit status: 0 done, 1 a runtime error (the broker, a refused
 // declaration, a job id that is not there), 2 a usage error.
@@ -46,6 +51,9 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first signal asks the command to wind up (a replay finishes the
+	// dead letter it is moving); a second one ends the process at once.
+	context.AfterFunc(ctx, stop)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)

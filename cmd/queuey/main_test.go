@@ -524,6 +524,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"a max priority too high", append([]string{"dead", "list", "-max-priority", "256"}, base...), "-max-priority 256 is outside -1..255"},
 		{"a max priority too low", append([]string{"dead", "list", "-max-priority", "-2"}, base...), "-max-priority -2 is outside -1..255"},
 		{"a reserved queue name", []string{"dead", "list", "-prefix", "amq", "-queue", "x"}, `"amq." prefix is reserved`},
+		{"a dead-letter queue for -queue", []string{"dead", "list", "-queue", "work.dead"}, `names a dead-letter queue; name its work queue: -queue work`},
+		{"a hold queue for -queue", []string{"dead", "list", "-queue", "work.deferred.5000"}, `names a hold queue; name its work queue: -queue work`},
 		{"show without -id", append([]string{"dead", "show"}, base...), "-id is required"},
 		{"replay without a selector", append([]string{"dead", "replay"}, base...), "exactly one of -id, -kind and -all"},
 		{"replay with two selectors", append([]string{"dead", "replay", "-kind", "a", "-all"}, base...), "exactly one of -id, -kind and -all"},
