@@ -31,6 +31,8 @@ type target struct {
 	prefix      string
 	queue       string
 	maxPriority int
+	transient   bool
+	messageTTL  time.Duration
 }
 
 func (t *target) register(fs *flag.FlagSet) {
@@ -40,6 +42,8 @@ func (t *target) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.prefix, "prefix", "", "the queue set's prefix: the queue is <prefix>.<queue>")
 	fs.StringVar(&t.queue, "queue", "", "the queue's name within its set (required)")
 	fs.IntVar(&t.maxPriority, "max-priority", 0, "the queue's max priority: 0 for the library default (10), -1 for none, else 1..255; it must match the queue's x-max-priority")
+	fs.BoolVar(&t.transient, "transient", false, "the queue is transient (Queue.Transient): not durable")
+	fs.DurationVar(&t.messageTTL, "message-ttl", 0, "the queue's message TTL (Queue.MessageTTL), if it has one")
 }
 
 // check reports a usage error, and fills in the URL.
@@ -49,6 +53,9 @@ func (t *target) check() error {
 	}
 	if t.maxPriority < queuey.NoPriorities || t.maxPriority > 255 {
 		return fmt.Errorf("-max-priority %d is outside -1..255", t.maxPriority)
+	}
+	if t.messageTTL < 0 {
+		return fmt.Errorf("-message-ttl %v is negative", t.messageTTL)
 	}
 	if err := broker.ValidateQueueName(t.brokerName()); err != nil {
 		return fmt.Errorf("-prefix and -queue: %w", err)
@@ -83,12 +90,14 @@ func (t *target) open(ctx context.Context, stderr io.Writer) (*queuey.DeadLetter
 		}
 		return nil, nil, err
 	}
-	set := queuey.QueueSet{Prefix: t.prefix, Queues: []queuey.Queue{{Name: t.queue, MaxPriority: t.maxPriority}}}
+	set := queuey.QueueSet{Prefix: t.prefix, Queues: []queuey.Queue{
+		{Name: t.queue, MaxPriority: t.maxPriority, Transient: t.transient, MessageTTL: t.messageTTL}}}
 	dl, err := queuey.NewDeadLetters(ctx, backend, set, &queuey.ProducerConfig{Logger: logger})
 	if err != nil {
 		backend.Close()
 		if errors.Is(err, broker.ErrPreconditionFailed) {
-			err = fmt.Errorf("%w\nhint: give the queue's x-max-priority with -max-priority (-1 for a queue without priorities)", err)
+			err = fmt.Errorf("%w\nnothing was changed; give the queue's settings as its queue set has them: "+
+				"-max-priority (-1 for a queue without priorities), -transient, -message-ttl", err)
 		}
 		return nil, nil, err
 	}
@@ -145,7 +154,7 @@ func (c *command) fail(err error) int {
 }
 
 func deadList(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := newCommand("list", "queuey dead list -queue NAME [-prefix P] [-max-priority N] [-url URL] [-json]", stdout, stderr)
+	c := newCommand("list", "queuey dead list -queue NAME [-prefix P] [-max-priority N] [-transient] [-message-ttl D] [-url URL] [-json]", stdout, stderr)
 	var t target
 	t.register(c.fs)
 	asJSON := c.fs.Bool("json", false, "print one JSON object per dead letter, one a line")
@@ -229,7 +238,7 @@ func jsonOf(d queuey.DeadLetter) jsonDeadLetter {
 }
 
 func deadShow(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := newCommand("show", "queuey dead show -queue NAME -id JOBID [-prefix P] [-max-priority N] [-url URL]", stdout, stderr)
+	c := newCommand("show", "queuey dead show -queue NAME -id JOBID [-prefix P] [-max-priority N] [-transient] [-message-ttl D] [-url URL]", stdout, stderr)
 	var t target
 	t.register(c.fs)
 	id := c.fs.String("id", "", "the job id of the dead letter to show (required)")
@@ -277,7 +286,7 @@ func deadShow(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 func deadReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	c := newCommand("replay",
-		"queuey dead replay -queue NAME (-id ID[,ID...] | -kind KIND | -all) [-after 30s] [-yes] [-prefix P] [-max-priority N] [-url URL]",
+		"queuey dead replay -queue NAME (-id ID[,ID...] | -kind KIND | -all) [-after 30s] [-yes] [-prefix P] [-max-priority N] [-transient] [-message-ttl D] [-url URL]",
 		stdout, stderr)
 	var t target
 	t.register(c.fs)

@@ -1,9 +1,9 @@
 // Command queuey inspects and replays the dead letters of a queuey queue on
 // RabbitMQ.
 //
-//	queuey dead list   -queue NAME [-prefix P] [-max-priority N] [-json]
-//	queuey dead show   -queue NAME [-prefix P] [-max-priority N] -id JOBID
-//	queuey dead replay -queue NAME [-prefix P] [-max-priority N] (-id ID[,ID...] | -kind KIND | -all) [-after 30s] [-yes]
+//	queuey dead list   -queue NAME [-prefix P] [-max-priority N] [-transient] [-message-ttl D] [-json]
+//	queuey dead show   -queue NAME [-prefix P] [-max-priority N] [-transient] [-message-ttl D] -id JOBID
+//	queuey dead replay -queue NAME [-prefix P] [-max-priority N] [-transient] [-message-ttl D] (-id ID[,ID...] | -kind KIND | -all) [-after 30s] [-yes]
 //
 // Every subcommand also takes -url; the broker is -url, else
 // $QUEUEY_AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/. Its password is
@@ -11,10 +11,10 @@
 //
 // The queue is <prefix>.<name>, its dead letters <prefix>.<name>.dead. A
 // queue that does not exist is an error, and is not created. One that
-// exists is declared as -max-priority says (0, the default, means the
-// library's default of 10; -1 a queue without priorities), because a
-// replay publishes into it; a queue declared otherwise is refused with
-// PRECONDITION_FAILED, and nothing is changed.
+// exists is declared as -max-priority (0, the default, means the
+// library's default of 10; -1 a queue without priorities), -transient and
+// -message-ttl say, because a replay publishes into it; a queue declared
+// otherwise is refused with PRECONDITION_FAILED, and nothing is changed.
 //
 // -queue names the work queue, never its dead-letter or hold queues.
 //
@@ -61,9 +61,9 @@ func main() {
 
 const topUsage = `usage: queuey dead <list|show|replay> [flags]
 
-  queuey dead list   -queue NAME [-prefix P] [-max-priority N] [-json]
-  queuey dead show   -queue NAME [-prefix P] [-max-priority N] -id JOBID
-  queuey dead replay -queue NAME [-prefix P] [-max-priority N] (-id ID[,ID...] | -kind KIND | -all) [-after 30s] [-yes]
+  queuey dead list   -queue NAME [-prefix P] [-max-priority N] [-transient] [-message-ttl D] [-json]
+  queuey dead show   -queue NAME [-prefix P] [-max-priority N] [-transient] [-message-ttl D] -id JOBID
+  queuey dead replay -queue NAME [-prefix P] [-max-priority N] [-transient] [-message-ttl D] (-id ID[,ID...] | -kind KIND | -all) [-after 30s] [-yes]
 
 Run "queuey dead <command> -h" for a command's flags.
 `
