@@ -323,12 +323,27 @@ func deadReplay(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return c.fail(err)
 	}
 	counted := map[string]bool{}
-	n := 0
+	n, malformed := 0, 0
 	for _, d := range list {
-		if !d.Malformed && sel(d) {
+		switch {
+		case d.Malformed:
+			malformed++
+		case sel(d):
 			counted[d.ID] = true
 			n++
 		}
+	}
+	// A list reads queuey.ListLimit at most: -all then takes every dead
+	// letter the replay finds, those past the count too.
+	pick := func(d queuey.DeadLetter) bool { return counted[d.ID] && sel(d) }
+	if *all && len(list) == queuey.ListLimit {
+		if total, err := backend.Depth(ctx, dead); err == nil && total > len(list) {
+			n += total - len(list)
+			pick = sel
+		}
+	}
+	if malformed > 0 {
+		fmt.Fprintf(stderr, "malformed dead letters in %s, not envelopes, which no replay takes and which stay there: %d\n", dead, malformed)
 	}
 	var missing []string
 	for _, id := range wantIDs {
@@ -358,7 +373,7 @@ func deadReplay(ctx context.Context, args []string, stdin io.Reader, stdout, std
 
 	report := func(k int) { fmt.Fprintf(stderr, "replayed %d/%d\n", k, max(n, k)) }
 	k, err := dl.Replay(ctx, t.queue, queuey.ReplayOptions{
-		Select: func(d queuey.DeadLetter) bool { return counted[d.ID] && sel(d) },
+		Select: pick,
 		After:  *after,
 		// The total Replay passes counts the whole dead-letter queue, not
 		// the selection: n is the number that means something here.

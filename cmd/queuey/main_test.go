@@ -494,8 +494,9 @@ func TestReplayReportsProgressEveryHundred(t *testing.T) {
 	if r.code != exitOK {
 		t.Fatalf("replay: exit %d, want 0", r.code)
 	}
-	want := fmt.Sprintf("%d dead letters of the %d in %s match -all.\nreplay %d dead letters? [y/N] replayed 100/%d\nreplayed 200/%d\nreplayed %d/%d\n",
-		n, n+1, broker.DeadQueueName(f.queue), n, n, n, n, n)
+	want := fmt.Sprintf("malformed dead letters in %s, not envelopes, which no replay takes and which stay there: 1\n"+
+		"%d dead letters of the %d in %s match -all.\nreplay %d dead letters? [y/N] replayed 100/%d\nreplayed 200/%d\nreplayed %d/%d\n",
+		broker.DeadQueueName(f.queue), n, n+1, broker.DeadQueueName(f.queue), n, n, n, n, n)
 	if r.stderr != want {
 		t.Errorf("stderr: got %q, want %q", r.stderr, want)
 	}
