@@ -100,7 +100,7 @@ func All() func(DeadLetter) bool { return func(DeadLetter) bool { return true } 
 // read the same way.
 func (dl *DeadLetters) List(ctx context.Context, name string) ([]DeadLetter, error) {
 	var out []DeadLetter
-	err := dl.walk(ctx, name, func(d DeadLetter, _ broker.Delivery) (bool, error) {
+	_, err := dl.walk(ctx, name, func(d DeadLetter, _ broker.Delivery) (bool, error) {
 		out = append(out, d)
 		return false, nil
 	})
@@ -184,11 +184,8 @@ func (dl *DeadLetters) Replay(ctx context.Context, name string, opts ReplayOptio
 	}
 	for {
 		before := replayed
-		n, err := dl.backend.Depth(ctx, dead)
-		if err == nil {
-			err = dl.walk(ctx, name, one)
-		}
-		if err != nil || replayed == before || n <= ListLimit {
+		more, err := dl.walk(ctx, name, one)
+		if err != nil || !more || replayed == before {
 			return replayed, err
 		}
 	}
@@ -204,43 +201,45 @@ const replayOneTimeout = 10 * time.Second
 
 // walk hands every dead letter of the queue named name to f, with its
 // delivery; f says whether it settled the delivery. Those it did not go
-// back to the dead-letter queue, in order, when walk returns.
+// back to the dead-letter queue, in order, when walk returns. more says
+// that there were over ListLimit, and walk read only the first.
 //
 // It reads as the dead-letter queue's only consumer (when the backend is
 // a broker.ExclusiveConsumer; both of queuey's are), so that two readers
 // do not split its messages and each take its part for the whole: a
 // queue another reader holds gives ErrInUse. Walks of one DeadLetters
 // take turns.
-func (dl *DeadLetters) walk(ctx context.Context, name string, f func(DeadLetter, broker.Delivery) (bool, error)) error {
+func (dl *DeadLetters) walk(ctx context.Context, name string, f func(DeadLetter, broker.Delivery) (bool, error)) (more bool, _ error) {
 	q, ok := dl.set.byName[name]
 	if !ok {
-		return fmt.Errorf("%w: queue %q is not in the queue set", ErrUnknownQueue, name)
+		return false, fmt.Errorf("%w: queue %q is not in the queue set", ErrUnknownQueue, name)
 	}
 	select {
 	case dl.turn <- struct{}{}:
 		defer func() { <-dl.turn }()
 	case <-ctx.Done():
-		return fmt.Errorf("waiting for another read of the dead letters of %q to end: %w", name, ctx.Err())
+		return false, fmt.Errorf("waiting for another read of the dead letters of %q to end: %w", name, ctx.Err())
 	}
 	dead := broker.DeadQueueName(q.broker)
 	n, err := dl.backend.Depth(ctx, dead)
 	if err != nil {
-		return err
+		return false, err
 	}
+	more = n > ListLimit
 	consume := dl.backend.Consume
 	if ex, ok := dl.backend.(broker.ExclusiveConsumer); ok {
 		consume = ex.ConsumeExclusive
 	} else if n == 0 {
-		return nil
+		return false, nil
 	}
 	// Even with nothing ready, the exclusive consume says whether another
 	// reader holds what there is.
 	c, err := consume(ctx, dead, max(1, min(n, ListLimit)))
 	if errors.Is(err, ErrInUse) {
-		return fmt.Errorf("%w: the dead letters of %q are being read elsewhere (List, Show or Replay, in this process or another, or a worker that consumes that queue); try again", err, name)
+		return false, fmt.Errorf("%w: the dead letters of %q are being read elsewhere (List, Show or Replay, in this process or another, or a worker that consumes that queue); try again", err, name)
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer c.Cancel() // what was not settled goes back, in order
 	now := dl.clock.Now()
@@ -254,19 +253,19 @@ func (dl *DeadLetters) walk(ctx context.Context, name string, f func(DeadLetter,
 		case del, ok := <-c.Deliveries():
 			idle.Stop()
 			if !ok {
-				return fmt.Errorf("reading the dead letters of %q: %w", name, c.Err())
+				return false, fmt.Errorf("reading the dead letters of %q: %w", name, c.Err())
 			}
 			if _, err := f(readDeadLetter(del.Message(), now), del); err != nil {
-				return err
+				return false, err
 			}
 		case <-idle.C:
-			return fmt.Errorf("%w: read %d of the %d dead letters of %q; the others went elsewhere (another reader, or a purge)", ErrInUse, read, n, name)
+			return false, fmt.Errorf("%w: read %d of the %d dead letters of %q; the others went elsewhere (another reader, or a purge)", ErrInUse, read, n, name)
 		case <-ctx.Done():
 			idle.Stop()
-			return ctx.Err()
+			return false, ctx.Err()
 		}
 	}
-	return nil
+	return more, nil
 }
 
 // walkIdle is how long walk waits for the next dead letter it was told of.

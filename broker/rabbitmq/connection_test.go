@@ -570,10 +570,7 @@ func TestAPublishThatMovesIsNotCutOff(t *testing.T) {
 // never lift: the wait ends there, and the backend dials again, instead of
 // waiting on a dead connection for ever and publishing nothing more.
 func TestALostConnectionEndsTheRedeclaresWaitForABlock(t *testing.T) {
-	told := make(chan struct{}, 1)
-	logger := slog.New(&noticeHandler{text: "rabbitmq blocked the connection", seen: told})
-	proxy, b, queue := dialThroughProxy(t, "redeclare-blocked", &rabbitmq.Options{
-		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, Logger: logger})
+	proxy, b, queue, told := dialToBlock(t, "redeclare-blocked")
 	// A second queue, so that declares are left when the block comes.
 	if err := b.Declare(t.Context(), broker.QueueSpec{Name: queue + ".more", Durable: true}); err != nil {
 		t.Fatal(err)
@@ -581,20 +578,9 @@ func TestALostConnectionEndsTheRedeclaresWaitForABlock(t *testing.T) {
 	sprung, answered := proxy.blockAtDeclare()
 	proxy.down()
 	proxy.up()
-	for _, step := range []struct {
-		c    <-chan struct{}
-		what string
-	}{
-		{sprung, "the new connection redeclared nothing"},
-		{told, "the backend never heard of the block"},
-		{answered, "the broker never answered the redeclare's first declare"},
-	} {
-		select {
-		case <-step.c:
-		case <-time.After(10 * time.Second):
-			t.Fatal(step.what)
-		}
-	}
+	await(t, sprung, "the new connection redeclared nothing")
+	await(t, told, "the backend never heard of the block")
+	await(t, answered, "the broker never answered the redeclare's first declare")
 	// The redeclare's next declare waits for the block to lift. Lose the
 	// connection under it.
 	proxy.down()
@@ -617,10 +603,7 @@ func TestALostConnectionEndsTheRedeclaresWaitForABlock(t *testing.T) {
 // again on the next connection, as a single publish does, rather than
 // fail.
 func TestABatchWaitingForABlockGoesOnTheNextConnection(t *testing.T) {
-	told := make(chan struct{}, 1)
-	logger := slog.New(&noticeHandler{text: "rabbitmq blocked the connection", seen: told})
-	proxy, b, queue := dialThroughProxy(t, "batch-blocked", &rabbitmq.Options{
-		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, Logger: logger})
+	proxy, b, queue, told := dialToBlock(t, "batch-blocked")
 	// A declare sets the trap off: its queue is declared, then its
 	// dead-letter queue waits for the block to lift, until its ctx ends.
 	_, answered := proxy.blockAtDeclare()
@@ -629,13 +612,8 @@ func TestABatchWaitingForABlockGoesOnTheNextConnection(t *testing.T) {
 	if err := b.Declare(dctx, broker.QueueSpec{Name: queue + ".more", Durable: true}); !errors.Is(err, rabbitmq.ErrBlocked) {
 		t.Fatalf("Declare on the blocked connection = %v, want ErrBlocked", err)
 	}
-	for _, c := range []<-chan struct{}{told, answered} {
-		select {
-		case <-c:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the connection was not blocked")
-		}
-	}
+	await(t, told, "the backend never heard of the block")
+	await(t, answered, "the broker never answered the first declare")
 	// The batch opens the first publishing channel (confirm.select), then
 	// waits for the block to lift before its first message.
 	selected := proxy.awaitAnswer(85, 11)
@@ -651,11 +629,7 @@ func TestABatchWaitingForABlockGoesOnTheNextConnection(t *testing.T) {
 		defer close(done)
 		b.PublishBatch(ctx, msgs, func(i int, err error) { errs[i] = err })
 	}()
-	select {
-	case <-selected:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the batch opened no publishing channel")
-	}
+	await(t, selected, "the batch opened no publishing channel")
 	proxy.down()
 	proxy.up()
 	<-done
@@ -666,6 +640,29 @@ func TestABatchWaitingForABlockGoesOnTheNextConnection(t *testing.T) {
 	}
 	if n, err := b.Depth(t.Context(), queue); err != nil || n != len(msgs) {
 		t.Errorf("Depth = %d, %v; want the %d messages", n, err, len(msgs))
+	}
+}
+
+// dialToBlock is throughProxy for a test that blocks the connection
+// (blockAtDeclare): told gets a token each time the backend logs that the
+// broker blocked it.
+func dialToBlock(t *testing.T, name string) (_ *proxy, _ *rabbitmq.Backend, queue string, told <-chan struct{}) {
+	t.Helper()
+	seen := make(chan struct{}, 1)
+	logger := slog.New(&noticeHandler{text: "rabbitmq blocked the connection", seen: seen})
+	p, b, queue := dialThroughProxy(t, name, &rabbitmq.Options{
+		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, Logger: logger})
+	return p, b, queue, seen
+}
+
+// await waits up to 10 s for c, or fails the test saying what did not
+// happen.
+func await(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(10 * time.Second):
+		t.Fatal(what)
 	}
 }
 
