@@ -176,3 +176,34 @@ func (r *logRecorder) worst() slog.Level {
 	}
 	return w
 }
+
+// count is the number of lines with msg at level.
+func (r *logRecorder) count(msg string, level slog.Level) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, l := range r.lines {
+		if l.Msg == msg && l.Level == level {
+			n++
+		}
+	}
+	return n
+}
+
+// countAt is the number of lines at level.
+func (r *logRecorder) countAt(level slog.Level) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, l := range r.lines {
+		n += btoi(l.Level == level)
+	}
+	return n
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -60,28 +61,71 @@ func (h holder) hold(ctx context.Context, msg broker.Message, d time.Duration, k
 	return nil
 }
 
-// holdRequest asks the hold actor to hold msg for delay.
+// holdActor is the worker's hold actor: every retry and deferral of its
+// queue actors is a message to it. It keeps many holds in flight, each
+// answered once the broker has confirmed that publish, never one request
+// at a time; a failed publish is an answer, not a crash. The hold queues
+// themselves are declared by the backend as it publishes into them (see
+// broker.Backend.Hold), so that a producer's waits and a worker's share
+// one record of them.
+type holdActor struct {
+	holder
+	inbox     *actor.Actor[holdRequest]
+	slots     chan struct{}  // one per publish in flight: their bound
+	publishes sync.WaitGroup // the publishes in flight; Run waits for them
+}
+
+// holdRequest asks the hold actor to hold msg for delay. ctx is the
+// asker's: it bounds the publish, which outlives the message.
 type holdRequest struct {
+	ctx   context.Context
 	msg   broker.Message
 	delay time.Duration
 	kind  holdKind
 	reply actor.Reply[struct{}]
 }
 
-// newHoldActor is the worker's hold actor: every retry and deferral of its
-// queue actors is a message to it, answered once the held publish is
-// confirmed. A failed publish is an answer, not a crash.
-func newHoldActor(h holder, capacity int) *actor.Actor[holdRequest] {
-	return actor.New("hold", capacity, func(ctx context.Context, req holdRequest) error {
-		req.reply.Send(struct{}{}, h.hold(ctx, req.msg, req.delay, req.kind))
-		return nil
-	})
+// newHoldActor returns a hold actor with up to inFlight publishes at once
+// (below 1 means 1); a request beyond them waits in its mailbox.
+func newHoldActor(h holder, inFlight int) *holdActor {
+	a := &holdActor{holder: h, slots: make(chan struct{}, max(inFlight, 1))}
+	a.inbox = actor.New("hold", max(inFlight, 1), a.receive)
+	return a
 }
 
-// askHold sends a hold request and waits for its confirmation.
-func askHold(ctx context.Context, a *actor.Actor[holdRequest], msg broker.Message, d time.Duration, kind holdKind) error {
-	_, err := actor.Ask(ctx, a, func(r actor.Reply[struct{}]) holdRequest {
-		return holdRequest{msg: msg, delay: d, kind: kind, reply: r}
+// Run handles requests until ctx ends, then waits for the publishes in
+// flight to be answered.
+func (a *holdActor) Run(ctx context.Context) error {
+	defer a.publishes.Wait()
+	return a.inbox.Run(ctx)
+}
+
+// Stop refuses later requests; those queued are still handled.
+func (a *holdActor) Stop() { a.inbox.Stop() }
+
+// receive starts req's publish once a slot is free, and goes on to the
+// next request without waiting for the confirm.
+func (a *holdActor) receive(ctx context.Context, req holdRequest) error {
+	select {
+	case a.slots <- struct{}{}:
+	case <-ctx.Done():
+		req.reply.Send(struct{}{}, ctx.Err())
+		return nil
+	case <-req.ctx.Done():
+		req.reply.Send(struct{}{}, req.ctx.Err())
+		return nil
+	}
+	a.publishes.Go(func() {
+		defer func() { <-a.slots }()
+		req.reply.Send(struct{}{}, a.hold(req.ctx, req.msg, req.delay, req.kind))
+	})
+	return nil
+}
+
+// ask sends a hold request and waits for its confirmation.
+func (a *holdActor) ask(ctx context.Context, msg broker.Message, d time.Duration, kind holdKind) error {
+	_, err := actor.Ask(ctx, a.inbox, func(r actor.Reply[struct{}]) holdRequest {
+		return holdRequest{ctx: ctx, msg: msg, delay: d, kind: kind, reply: r}
 	})
 	if err != nil {
 		return fmt.Errorf("hold for %s: %w", kind, err)

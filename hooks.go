@@ -163,6 +163,7 @@ const (
 	CauseExhausted       DeadLetterCause = "exhausted"        // the retry policy's attempts are used up
 	CauseInvalidDeferral DeadLetterCause = "invalid_deferral" // a deferral no hold queue can give
 	CausePoison          DeadLetterCause = "poison"           // redelivered PoisonAfter times
+	CauseHoldRefused     DeadLetterCause = "hold_refused"     // the broker kept refusing the hold of its retry or deferral
 )
 
 // DeadLetterEvent is what WorkerConfig.OnDeadLetter is told.

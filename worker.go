@@ -3,7 +3,6 @@ package queuey
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,14 +13,13 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/supervisor"
 )
 
-// DefaultRequeueDelay is WorkerConfig.RequeueDelay's default.
-const DefaultRequeueDelay = time.Second
+// DefaultRepublishDelay is WorkerConfig.RepublishDelay's default.
+const DefaultRepublishDelay = time.Second
 
 // DefaultShutdownTimeout is how long a stopping worker waits for running
 // handlers before cancelling their ctx.
@@ -70,10 +68,14 @@ type WorkerConfig struct {
 	// not read a body of any size the broker accepts. Default
 	// DefaultMaxMessageBytes, the producer's; negative: no limit.
 	MaxMessageBytes int
-	// RequeueDelay is how long a delivery whose retry, deferral or dead
-	// letter could not be published waits before it goes back to the
-	// queue. Default DefaultRequeueDelay.
-	RequeueDelay time.Duration
+	// RepublishDelay is the first wait before a retry, deferral or dead
+	// letter whose publish failed (the broker refused a hold queue, say)
+	// is published again. The wait doubles at each try, up to 30 s, with
+	// jitter; the delivery stays unacked meanwhile and its handler does
+	// not run again. After five tries a hold goes to the dead letters
+	// (cause CauseHoldRefused) and a dead letter goes on being tried.
+	// Default DefaultRepublishDelay.
+	RepublishDelay time.Duration
 	// Clock drives timeouts, backoffs and restarts. Default: the real clock.
 	Clock clock.Clock
 	// Logger receives the job log lines. Default slog.Default().
@@ -89,7 +91,7 @@ type Worker struct {
 	concurrency     int
 	jobTimeout      time.Duration
 	shutdownTimeout time.Duration
-	requeueDelay    time.Duration
+	republishDelay  time.Duration
 	poisonAfter     int
 	maxBytes        int // negative: no limit
 	onDeadLetter    func(context.Context, DeadLetterEvent)
@@ -101,11 +103,11 @@ type Worker struct {
 	clock       clock.Clock
 	log         *slog.Logger
 
-	slots          *semaphore.Weighted
+	hold           *holdActor // set by Run before its queue actors start
+	waiting        map[string]*atomic.Int32
 	settleFailures atomic.Uint64
-	orphans        sync.WaitGroup // handlers cancelled after their consumer was lost
-	abandoned      atomic.Int64   // queues (and orphans) whose handlers a stop gave up on
-	givenBack      givenBack      // deliveries requeued after a failed republish (PoisonAfter)
+	abandoned      atomic.Int64 // queues (and handlers of lost consumers) a stop gave up on
+	givenBack      givenBack    // deliveries requeued after a failed republish (PoisonAfter)
 
 	mu       sync.Mutex
 	state    workerState
@@ -133,16 +135,16 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 	if cfg == nil {
 		cfg = &WorkerConfig{}
 	}
-	if cfg.Concurrency < 0 || cfg.JobTimeout < 0 || cfg.ShutdownTimeout < 0 || cfg.RequeueDelay < 0 || cfg.PoisonAfter < 0 {
-		return nil, fmt.Errorf("%w: concurrency %d, job timeout %v, shutdown timeout %v and requeue delay %v must not be negative",
-			ErrInvalidQueue, cfg.Concurrency, cfg.JobTimeout, cfg.ShutdownTimeout, cfg.RequeueDelay)
+	if cfg.Concurrency < 0 || cfg.JobTimeout < 0 || cfg.ShutdownTimeout < 0 || cfg.RepublishDelay < 0 || cfg.PoisonAfter < 0 {
+		return nil, fmt.Errorf("%w: concurrency %d, job timeout %v, shutdown timeout %v, republish delay %v and poison after %d must not be negative",
+			ErrInvalidQueue, cfg.Concurrency, cfg.JobTimeout, cfg.ShutdownTimeout, cfg.RepublishDelay, cfg.PoisonAfter)
 	}
 	w := &Worker{
 		backend:         backend,
 		set:             s,
 		jobTimeout:      cfg.JobTimeout,
 		shutdownTimeout: cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout),
-		requeueDelay:    cmp.Or(cfg.RequeueDelay, DefaultRequeueDelay),
+		republishDelay:  cmp.Or(cfg.RepublishDelay, DefaultRepublishDelay),
 		poisonAfter:     cfg.PoisonAfter,
 		maxBytes:        cmp.Or(cfg.MaxMessageBytes, DefaultMaxMessageBytes),
 		onDeadLetter:    cfg.OnDeadLetter,
@@ -151,6 +153,7 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 		clock:           orRealClock(cfg.Clock),
 		log:             orDefaultLogger(cfg.Logger),
 		handlers:        map[string]handler{},
+		waiting:         map[string]*atomic.Int32{},
 	}
 	if len(cfg.Queues) == 0 {
 		w.queues = s.ordered
@@ -166,102 +169,36 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 	}
 	for _, q := range w.queues {
 		w.concurrency += q.prefetch
+		w.waiting[q.Name] = new(atomic.Int32)
 	}
 	if cfg.Concurrency > 0 {
 		w.concurrency = cfg.Concurrency
 	}
 	w.overrides.Store(&retryOverrides{})
-	w.slots = semaphore.NewWeighted(int64(w.concurrency))
 	return w, nil
 }
 
 // Concurrency is the cap on handlers running at once.
 func (w *Worker) Concurrency() int { return w.concurrency }
 
-// SettleFailures counts the jobs that ran but whose outcome the broker was
-// not told (a failed ack, or a failed publish of a retry, deferral or dead
-// letter). Such a job comes back: a growing count means duplicate work.
+// Waiting is how many deliveries of the queue named name (Queue.Name) the
+// worker holds that no handler has started: the fill of its queue actor's
+// mailbox, at most the queue's prefetch. A queue that stays near its
+// prefetch waits for handlers (Concurrency); one that stays near 0 waits
+// for the broker (a larger prefetch lets more travel at once). It is 0
+// for a queue the worker does not consume.
+func (w *Worker) Waiting(name string) int {
+	if g, ok := w.waiting[name]; ok {
+		return int(g.Load())
+	}
+	return 0
+}
+
+// SettleFailures counts the failed tries to tell the broker a job's
+// outcome: a failed ack (the job comes back: duplicate work), or a failed
+// publish of a retry, deferral or dead letter (tried again; see
+// RepublishDelay).
 func (w *Worker) SettleFailures() uint64 { return w.settleFailures.Load() }
-
-// handler is a typed handler with its job type erased. A decoded job is
-// held as a *T: one allocation, where a T in an interface would take two.
-type handler interface {
-	decode(payload json.RawMessage) (decodedJob, error)
-	run(ctx context.Context, job decodedJob, jc JobContext) error
-	// ownPolicy is the job's RetryPolicy, if its type has one.
-	ownPolicy(job decodedJob) (RetryPolicy, bool)
-}
-
-// decodedJob is a *T made by typedHandler[T].decode.
-type decodedJob any
-
-type typedHandler[T Job] struct {
-	h         Handler[T]
-	hasPolicy bool // T is a RetryPolicer
-	pooled    bool // T's payloads decode through the pooled decoder (payloadPoolable)
-}
-
-func newTypedHandler[T Job](h Handler[T]) typedHandler[T] {
-	_, hasPolicy := any(*new(T)).(RetryPolicer)
-	return typedHandler[T]{h: h, hasPolicy: hasPolicy, pooled: payloadPoolable[T]()}
-}
-
-func (t typedHandler[T]) decode(payload json.RawMessage) (decodedJob, error) {
-	if !t.pooled {
-		job := new(T)
-		return job, json.Unmarshal(payload, job)
-	}
-	return unmarshalPayload(payload, new(T))
-}
-
-func (t typedHandler[T]) run(ctx context.Context, job decodedJob, jc JobContext) error {
-	return t.h.Handle(ctx, *job.(*T), jc)
-}
-
-func (t typedHandler[T]) ownPolicy(job decodedJob) (RetryPolicy, bool) {
-	if !t.hasPolicy {
-		return RetryPolicy{}, false
-	}
-	return any(*job.(*T)).(RetryPolicer).RetryPolicy(), true
-}
-
-// Handle registers fn as w's handler for jobs of type T, by T's Kind. It
-// fails for a second handler of the same kind, a kind whose queue is not in
-// the worker's queue set, and once the worker has started.
-func Handle[T Job](w *Worker, fn HandlerFunc[T]) error {
-	if fn == nil {
-		var zero T
-		return fmt.Errorf("%w: nil handler for %T", ErrInvalidJob, zero)
-	}
-	return Register[T](w, fn)
-}
-
-// Register is Handle for a Handler value.
-func Register[T Job](w *Worker, h Handler[T]) (err error) {
-	var zero T
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: Kind and Queue of %T must work on its zero value: %v", ErrInvalidJob, zero, r)
-		}
-	}()
-	kind := zero.Kind()
-	if err := checkKind(kind); err != nil {
-		return err
-	}
-	if _, err := w.set.forJob(zero); err != nil {
-		return err
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.state != workerIdle {
-		return fmt.Errorf("%w: register %q before Run", ErrWorkerStarted, kind)
-	}
-	if _, dup := w.handlers[kind]; dup {
-		return fmt.Errorf("%w: kind %q already has a handler", ErrDuplicateHandler, kind)
-	}
-	w.handlers[kind] = newTypedHandler(h)
-	return nil
-}
 
 // Run declares the consumed queues, starts one supervised queue actor per
 // queue and the hold actor, and runs jobs until ctx ends. Then it stops
@@ -304,29 +241,17 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	ctx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
-	hold := newHoldActor(holder{backend: w.backend, set: w.set, log: w.log, clock: w.clock}, w.concurrency)
-	defer hold.Stop()
-	children := []supervisor.Child{{Name: "hold", Run: hold.Run, Restart: supervisor.Permanent}}
-	for _, q := range w.queues {
-		a := &queueActor{w: w, q: q, hold: hold, fail: fail, stopping: ctx}
-		children = append(children, supervisor.Child{Name: "queue:" + q.broker, Run: a.Run, Restart: supervisor.Permanent})
+	w.hold = newHoldActor(holder{backend: w.backend, set: w.set, log: w.log, clock: w.clock}, w.concurrency)
+	defer w.hold.Stop()
+	tasks := make(chan task)
+	var pool sync.WaitGroup
+	for range w.concurrency {
+		pool.Go(func() { w.serve(tasks) })
 	}
-	// A queue actor gives its handlers 2×ShutdownTimeout, and with
-	// PoisonAfter giveBackTimeout more (waitFor); this is a backstop.
-	backstop := 3 * w.shutdownTimeout
-	if w.poisonAfter > 0 {
-		backstop += giveBackTimeout
-	}
-	sup := supervisor.New(supervisor.Spec{
-		Name:            "worker",
-		Clock:           w.clock,
-		Logger:          w.log,
-		ShutdownTimeout: backstop,
-	}, children...)
-
 	w.log.Info("worker starting", "queues", len(w.queues), "concurrency", w.concurrency, "handlers", len(w.handlers))
-	err := sup.Run(ctx)
-	w.waitOrphans()
+	err := w.supervisor(ctx, fail, tasks).Run(ctx)
+	close(tasks)
+	w.waitPool(&pool)
 	if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, ctx.Err()) {
 		err = cause
 	}
@@ -338,11 +263,38 @@ func (w *Worker) Run(ctx context.Context) error {
 	return err
 }
 
-// waitOrphans waits for the handlers cancelled when their consumer was
-// lost, ShutdownTimeout at most: one that ignores its ctx is abandoned as
-// in waitFor.
-func (w *Worker) waitOrphans() {
-	done := doneWhen(w.orphans.Wait)
+// supervisor is the worker's supervision tree: the hold actor, then one
+// queue actor per consumed queue, each restarted alone when it crashes.
+// They stop in reverse order: the queue actors, which wait for their
+// handlers' holds, before the hold actor.
+func (w *Worker) supervisor(ctx context.Context, fail context.CancelCauseFunc, tasks chan<- task) *supervisor.Supervisor {
+	children := []supervisor.Child{{Name: "hold", Run: w.hold.Run, Restart: supervisor.Permanent}}
+	for _, q := range w.queues {
+		a := &queueActor{w: w, q: q, hold: w.hold, pool: tasks, fail: fail, stopping: ctx, waiting: w.waiting[q.Name]}
+		children = append(children, supervisor.Child{Name: "queue:" + q.broker, Run: a.Run, Restart: supervisor.Permanent})
+	}
+	// A queue actor gives its handlers 2×ShutdownTimeout, and with
+	// PoisonAfter giveBackTimeout more (waitOut); this is a backstop.
+	backstop := 3 * w.shutdownTimeout
+	if w.poisonAfter > 0 {
+		backstop += giveBackTimeout
+	}
+	return supervisor.New(supervisor.Spec{Name: "worker", Clock: w.clock, Logger: w.log, ShutdownTimeout: backstop}, children...)
+}
+
+// waitPool waits for the handler goroutines to end, ShutdownTimeout at
+// most: those of a consumer that was lost run on, cancelled, after their
+// queue actor restarted. One that ignores its ctx is abandoned as in a
+// queue actor's stop; those already abandoned are not waited for.
+func (w *Worker) waitPool(pool *sync.WaitGroup) {
+	if w.abandoned.Load() > 0 {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pool.Wait()
+	}()
 	timer := w.clock.Timer(w.shutdownTimeout)
 	defer timer.Stop()
 	select {

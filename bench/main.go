@@ -8,7 +8,8 @@
 //
 // Scenarios: 1 RabbitMQ end to end, 2 producer alone, 3 paced at 1,000
 // jobs/s, 4 deferral on RabbitMQ, 5 memory end to end, 6 time travel,
-// 7 scale (queues, held jobs). Each RabbitMQ scenario uses queues of its own
+// 7 scale (queues, held jobs), 8 settling on RabbitMQ (jobs that defer or
+// retry once against jobs that succeed). Each RabbitMQ scenario uses queues of its own
 // with unique names and deletes them at the end. With -count > 1 every
 // figure is the median of the runs and "spread" is (max-min)/median of the
 // per-run figure (of the ratio, where there is one).
@@ -46,6 +47,7 @@ type config struct {
 	memProducers int
 	memPrefetch  int
 	travelJobs   int
+	settleN      int
 	count        int
 	scenarios    map[int]bool
 }
@@ -70,9 +72,10 @@ func main() {
 	flag.IntVar(&cfg.memN, "mem-n", 200000, "jobs per memory-backend run (scenarios 5, 7)")
 	flag.IntVar(&cfg.memProducers, "mem-producers", 2, "enqueuing goroutines on the memory backend (scenarios 5, 7)")
 	flag.IntVar(&cfg.memPrefetch, "mem-prefetch", 16, "queue prefetch on the memory backend (scenarios 5, 7)")
+	flag.IntVar(&cfg.settleN, "settle-n", 4000, "jobs per run of the settle scenario (8)")
 	flag.IntVar(&cfg.travelJobs, "travel-jobs", 10000, "jobs of the time-travel run (scenario 6)")
 	flag.IntVar(&cfg.count, "count", 1, "runs of each measurement; figures are medians")
-	flag.StringVar(&scen, "scenarios", "1,2,3,4,5,6,7", "comma-separated scenarios to run")
+	flag.StringVar(&scen, "scenarios", "1,2,3,4,5,6,7,8", "comma-separated scenarios to run")
 	flag.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&memprofile, "memprofile", "", "write an allocation profile at the end to this file")
 	flag.Parse()
@@ -80,8 +83,8 @@ func main() {
 	cfg.scenarios = map[int]bool{}
 	for _, s := range strings.Split(scen, ",") {
 		i, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || i < 1 || i > 7 {
-			fmt.Fprintf(os.Stderr, "bench: bad scenario %q (want 1..7)\n", s)
+		if err != nil || i < 1 || i > 8 {
+			fmt.Fprintf(os.Stderr, "bench: bad scenario %q (want 1..8)\n", s)
 			os.Exit(2)
 		}
 		cfg.scenarios[i] = true
@@ -113,6 +116,7 @@ func main() {
 		{5, scenarioMemory},
 		{6, scenarioTimeTravel},
 		{7, scenarioScale},
+		{8, scenarioSettle},
 	}
 	failed := false
 	for _, s := range steps {

@@ -298,14 +298,31 @@ func (b *Backend) declareHold(ctx context.Context, hold string, spec broker.Queu
 }
 
 // DeadLetter publishes dl to <q>.dead with x-death-reason,
-// x-original-queue and x-attempts headers.
+// x-original-queue and x-attempts headers. A dead-letter queue deleted
+// by someone else is declared again (as the work queue is).
 func (b *Backend) DeadLetter(ctx context.Context, dl broker.DeadLetter) error {
 	extra := amqp.Table{
 		broker.HeaderDeathReason:   dl.Reason,
 		broker.HeaderOriginalQueue: dl.Queue,
 		broker.HeaderAttempts:      dl.Attempt,
 	}
-	return b.publish(ctx, broker.DeadQueueName(dl.Queue), publishing(dl.Message, extra))
+	dead := broker.DeadQueueName(dl.Queue)
+	err := b.publish(ctx, dead, publishing(dl.Message, extra))
+	if !errors.Is(err, broker.ErrUnroutable) {
+		return err
+	}
+	// The dead-letter queue went away (deleted by hand): declare it again,
+	// as a worker does its work queue, rather than fail every dead letter.
+	b.mu.Lock()
+	spec, ok := b.declared[dl.Queue]
+	b.mu.Unlock()
+	if !ok {
+		return err
+	}
+	if derr := b.Declare(ctx, spec); derr != nil {
+		return fmt.Errorf("dead-letter queue %q is gone, and declaring it again failed: %w", dead, derr)
+	}
+	return b.publish(ctx, dead, publishing(dl.Message, extra))
 }
 
 func (b *Backend) publish(ctx context.Context, queue string, pub amqp.Publishing) error {

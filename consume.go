@@ -1,0 +1,368 @@
+package queuey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/queuey-go/queuey/broker"
+)
+
+// queueActor consumes one queue. Its loop (queueLoop) is the one goroutine
+// that owns the queue's state; the worker's handler goroutines run what it
+// hands them and report back by message. It is a supervisor child: a crash
+// (its consumer lost) ends Run with an error, the supervisor starts it
+// again, and the broker hands the unsettled deliveries out again.
+type queueActor struct {
+	w        *Worker
+	q        *queueConfig
+	hold     *holdActor
+	pool     chan<- task             // the worker's handlers: a send waits for a free one
+	fail     context.CancelCauseFunc // stops the whole worker, for a closed backend
+	stopping context.Context         // ends when the worker starts to stop
+	waiting  *atomic.Int32           // the mailbox's fill, for Worker.Waiting
+}
+
+// errConsumerLost reports a consumer that ended on its own.
+var errConsumerLost = errors.New("consumer ended unexpectedly")
+
+// errStopTimedOut is why running handlers are cancelled when a stop has
+// waited ShutdownTimeout for them.
+var errStopTimedOut = errors.New("the worker's stop ran out of time (ShutdownTimeout)")
+
+// inUseRetry is how long a queue actor waits to consume again a queue an
+// exclusive reader holds.
+const inUseRetry = time.Second
+
+// queueLoop is the state of one run of a queue actor. Only its goroutine
+// touches it.
+type queueLoop struct {
+	*queueActor
+	ctx            context.Context
+	handlerCtx     context.Context // outlives ctx: a graceful stop lets handlers finish
+	cancelHandlers context.CancelCauseFunc
+
+	consumer broker.Consumer        // nil between consumers (paused)
+	in       <-chan broker.Delivery // the consumer's deliveries; nil once drained
+	reports  chan report            // from the handlers of this run
+	mailbox  []broker.Delivery      // received, not started: at most prefetch
+	running  int                    // tasks handed to the pool, not yet reported
+	retries  []*settlement          // settles that failed, each waiting its backoff
+	draining bool                   // the consumer was stopped: for a pause or a suspect
+	resumeAt time.Time              // paused: when to consume again
+	suspect  *suspect               // a job to run alone (poison.go)
+	offered  int                    // the retry nextTask offered, or -1
+
+	timer   *clock.Timer
+	timerAt time.Time
+}
+
+// Run is the actor: it consumes until the worker stops (nil), the
+// consumer is lost (an error), or the backend is closed (the worker fails).
+func (a *queueActor) Run(ctx context.Context) error {
+	handlerCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancel(nil)
+	l := &queueLoop{queueActor: a, ctx: ctx, handlerCtx: handlerCtx, cancelHandlers: cancel,
+		reports: make(chan report, 2*a.q.prefetch)}
+	defer l.stopTimer()
+	if err := l.consume(); err != nil || l.ended() {
+		return err
+	}
+	for {
+		done, err := l.step()
+		if done || err != nil {
+			return err
+		}
+	}
+}
+
+// ended reports whether the worker is stopping or Run's ctx ended.
+func (l *queueLoop) ended() bool { return l.stopping.Err() != nil || l.ctx.Err() != nil }
+
+// step waits for one message and reacts to it. Handlers' reports come
+// first: a pause must stop the dispatch of what is already here.
+func (l *queueLoop) step() (done bool, _ error) {
+	select {
+	case r := <-l.reports:
+		l.reported(r)
+		return false, l.afterEvent()
+	default:
+	}
+	next, pool := l.nextTask()
+	select {
+	case d, ok := <-l.in:
+		if err := l.received(d, ok); err != nil {
+			return true, err
+		}
+	case r := <-l.reports:
+		l.reported(r)
+	case pool <- next:
+		l.started()
+	case <-l.timerC():
+		l.woke()
+	case <-l.stopping.Done():
+		return true, l.stop()
+	case <-l.ctx.Done():
+		return true, l.stop()
+	}
+	return false, l.afterEvent()
+}
+
+// consume starts a consumer. A queue deleted behind the worker's back is
+// declared again; one an exclusive reader holds is tried again after
+// inUseRetry; a closed backend fails the worker.
+func (l *queueLoop) consume() error {
+	a := l.queueActor
+	c, err := a.w.backend.Consume(l.ctx, a.q.broker, a.q.prefetch)
+	if errors.Is(err, broker.ErrNoQueue) {
+		a.w.log.Warn("queue is gone; declaring it again", "queue", a.q.broker)
+		if err = a.w.backend.Declare(l.ctx, a.q.spec()); err == nil {
+			c, err = a.w.backend.Consume(l.ctx, a.q.broker, a.q.prefetch)
+		}
+	}
+	switch {
+	case err == nil:
+		l.consumer, l.in, l.draining, l.resumeAt = c, c.Deliveries(), false, time.Time{}
+		return nil
+	case errors.Is(err, broker.ErrClosed):
+		a.fail(fmt.Errorf("queue %q: %w", a.q.broker, err))
+		return nil
+	case errors.Is(err, broker.ErrInUse):
+		// A dead-letter List, Show or Replay of another queue set, whose
+		// dead-letter queue this is: it lets go soon; no crash.
+		a.w.log.Warn("queue is held by an exclusive reader (a dead-letter List, Show or Replay); consuming again shortly",
+			"queue", a.q.broker, "retry_in", inUseRetry)
+		l.resumeAt = a.w.clock.Now().Add(inUseRetry)
+		return nil
+	case l.ended():
+		return nil
+	default:
+		return fmt.Errorf("consume %q: %w", a.q.broker, err)
+	}
+}
+
+// received takes a delivery from the consumer, or its end.
+func (l *queueLoop) received(d broker.Delivery, ok bool) error {
+	if !ok {
+		return l.consumerEnded()
+	}
+	switch {
+	case l.draining && l.suspect == nil: // a pause: it is not run now
+		l.giveBack(d)
+	case l.w.poisonAfter > 0 && l.suspect == nil && isSuspect(d):
+		l.isolate(d)
+	default: // another suspect meanwhile is set aside when its turn comes
+		l.mailbox = append(l.mailbox, d)
+		l.waiting.Store(int32(len(l.mailbox)))
+	}
+	return nil
+}
+
+// consumerEnded handles the end of the consumer's deliveries: expected
+// once it was stopped; otherwise the consumer was lost, and with it every
+// delivery this run holds (the broker has taken them back).
+func (l *queueLoop) consumerEnded() error {
+	l.in = nil
+	why := l.consumer.Err()
+	if why == nil && l.draining {
+		return nil
+	}
+	why = fmt.Errorf("%w: %w", errConsumerLost, errOr(why, broker.ErrClosed))
+	l.dropStale()
+	if errors.Is(why, broker.ErrClosed) {
+		l.fail(fmt.Errorf("queue %q: %w", l.q.broker, why))
+		return nil
+	}
+	return fmt.Errorf("queue %q: %w", l.q.broker, why)
+}
+
+// dropStale forgets what the lost consumer held, and cancels the running
+// handlers, whose deliveries can no longer be settled. The supervisor
+// starts consuming again at once rather than after the longest of them;
+// the worker waits for them when it stops.
+func (l *queueLoop) dropStale() {
+	l.cancelHandlers(errConsumerLost)
+	for _, s := range l.retries {
+		s.finishAs(Requeued)
+	}
+	l.mailbox, l.retries, l.suspect = nil, nil, nil
+	l.waiting.Store(0)
+}
+
+// reported takes a handler's message.
+func (l *queueLoop) reported(r report) {
+	if !r.pauseUntil.IsZero() {
+		l.pause(r.pauseUntil)
+	}
+	if r.notice {
+		return
+	}
+	l.running--
+	if r.alone {
+		l.suspect = nil
+	}
+	if r.retry != nil {
+		r.retry.due = l.w.clock.Now().Add(l.w.republishBackoff(r.retry.tries))
+		l.retries = append(l.retries, r.retry)
+	}
+}
+
+// pause stops taking deliveries until at least until: those held and not
+// started go back to the broker, running handlers finish, and consuming
+// resumes once the pause is over (PauseQueue).
+func (l *queueLoop) pause(until time.Time) {
+	if until.After(l.resumeAt) {
+		l.resumeAt = until
+	}
+	if l.suspect != nil && !l.suspect.running {
+		l.giveBack(l.suspect.d)
+		l.suspect = nil
+	}
+	l.giveBack(l.mailbox...)
+	l.mailbox = l.mailbox[:0]
+	l.waiting.Store(0)
+	l.stopConsumer()
+}
+
+// stopConsumer ends new deliveries; the loop reads what was already sent
+// until the consumer's channel closes.
+func (l *queueLoop) stopConsumer() {
+	if l.consumer != nil && !l.draining {
+		l.draining = true
+		l.consumer.Stop()
+	}
+}
+
+// afterEvent moves on once a stopped consumer has nothing left: it runs
+// the suspect alone, then ends the consumer and consumes again, now or
+// once the pause is over.
+func (l *queueLoop) afterEvent() error {
+	if !l.draining || l.in != nil || l.running > 0 || len(l.mailbox) > 0 || len(l.retries) > 0 {
+		return nil
+	}
+	if l.suspect != nil {
+		return nil // its turn: nextTask hands it to the pool
+	}
+	l.consumer.Cancel()
+	l.consumer, l.draining = nil, false
+	if l.resumeAt.After(l.w.clock.Now()) {
+		l.w.log.Info("queue paused", "queue", l.q.broker, "until", l.resumeAt)
+		return nil
+	}
+	return l.consume()
+}
+
+// woke: a retry's backoff or a pause is over.
+func (l *queueLoop) woke() {
+	l.timerAt = time.Time{}
+	if l.consumer == nil && !l.resumeAt.IsZero() && !l.resumeAt.After(l.w.clock.Now()) {
+		l.w.log.Info("queue resumed", "queue", l.q.broker)
+		if err := l.consume(); err != nil {
+			l.w.log.Error("could not consume again after a pause", "queue", l.q.broker, "error", err)
+			l.resumeAt = l.w.clock.Now().Add(inUseRetry)
+		}
+	}
+}
+
+// timerC arms the loop's one timer for the earliest of the pause's end
+// and the retries' backoffs still ahead, and returns its channel (nil:
+// nothing to wait for). A retry already due is offered by nextTask; no
+// timer is set in the past, which a mock clock fires only after a pause
+// of its own.
+func (l *queueLoop) timerC() <-chan time.Time {
+	now := l.w.clock.Now()
+	var at time.Time
+	if l.consumer == nil && l.resumeAt.After(now) {
+		at = l.resumeAt
+	}
+	for _, s := range l.retries {
+		if s.due.After(now) && (at.IsZero() || s.due.Before(at)) {
+			at = s.due
+		}
+	}
+	if at.IsZero() {
+		return nil
+	}
+	if !at.Equal(l.timerAt) {
+		l.stopTimer()
+		l.timer, l.timerAt = l.w.clock.Timer(at.Sub(now)), at
+	}
+	return l.timer.C
+}
+
+func (l *queueLoop) stopTimer() {
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer, l.timerAt = nil, time.Time{}
+	}
+}
+
+// nextTask is what the loop would hand the pool now, and the pool's
+// channel, or a nil channel when nothing is ready: a settle to try again
+// whose backoff is over, else the oldest delivery not started, else a
+// suspect whose turn to run alone has come. started takes it off.
+func (l *queueLoop) nextTask() (task, chan<- task) {
+	t := task{ctx: l.handlerCtx, q: l.q, reports: l.reports}
+	l.offered = -1
+	if i := l.dueRetry(); i >= 0 {
+		t.redo, l.offered = l.retries[i], i
+		return t, l.pool
+	}
+	if len(l.mailbox) > 0 {
+		t.d = l.mailbox[0]
+		return t, l.pool
+	}
+	if l.suspect != nil && !l.suspect.running && l.in == nil && l.running == 0 && len(l.retries) == 0 {
+		t.d, t.alone = l.suspect.d, true
+		return t, l.pool
+	}
+	return t, nil
+}
+
+// dueRetry is the index of a retry whose backoff is over, or -1.
+func (l *queueLoop) dueRetry() int {
+	if len(l.retries) == 0 {
+		return -1
+	}
+	now := l.w.clock.Now()
+	for i, s := range l.retries {
+		if !s.due.After(now) {
+			return i
+		}
+	}
+	return -1
+}
+
+// started records that the pool took the task nextTask offered.
+func (l *queueLoop) started() {
+	l.running++
+	switch {
+	case l.offered >= 0:
+		l.retries = append(l.retries[:l.offered], l.retries[l.offered+1:]...)
+	case len(l.mailbox) > 0:
+		l.mailbox[0] = nil
+		l.mailbox = l.mailbox[1:]
+		l.waiting.Store(int32(len(l.mailbox)))
+	default:
+		l.suspect.running = true
+	}
+}
+
+// giveBack returns deliveries that were not started to the broker (see
+// Worker.giveBack).
+func (l *queueLoop) giveBack(ds ...broker.Delivery) {
+	for _, d := range ds {
+		l.w.giveBack(l.handlerCtx, l.q, d)
+	}
+}
+
+func errOr(err, or error) error {
+	if err != nil {
+		return err
+	}
+	return or
+}

@@ -1,0 +1,274 @@
+package queuey
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"runtime/debug"
+	"time"
+
+	"github.com/queuey-go/queuey/broker"
+)
+
+// task is a message to the worker's handler goroutines: run one delivery
+// to its settlement, or try again a settle that failed (redo).
+type task struct {
+	ctx     context.Context // the queue actor's handler ctx: ends at a hard stop or with the consumer
+	q       *queueConfig
+	d       broker.Delivery
+	alone   bool        // a suspect of a crash, its turn to run alone come (poison.go)
+	redo    *settlement // a settle to try again, instead of running d
+	reports chan<- report
+}
+
+// report is a handler goroutine's message to its queue actor.
+type report struct {
+	pauseUntil time.Time   // a handler paused the queue until then (PauseQueue)
+	notice     bool        // only the pause: the task goes on
+	alone      bool        // the task was a suspect running alone
+	retry      *settlement // settling failed: to be tried again after a backoff
+}
+
+// serve is one of the worker's handler goroutines: it performs tasks until
+// the pool's channel is closed. Its queue actor's reports channel has room
+// for every task it handed out, so the report never waits.
+func (w *Worker) serve(tasks <-chan task) {
+	for t := range tasks {
+		t.reports <- w.perform(t)
+	}
+}
+
+func (w *Worker) perform(t task) report {
+	if t.redo != nil {
+		return w.settle(t.redo)
+	}
+	if w.poisonAfter > 0 && !t.alone && isSuspect(t.d) {
+		// Another suspect came while one waited to run alone: it goes to
+		// the back of the queue, to run alone in its turn.
+		_ = w.setAside(t.ctx, t.q, t.d)
+		return report{}
+	}
+	r := w.settle(w.process(t))
+	r.alone = t.alone
+	return r
+}
+
+// process runs one delivery up to what is to become of it, telling the
+// Deliver hook.
+func (w *Worker) process(t task) *settlement {
+	msg := t.d.Message()
+	started := w.clock.Now()
+	var env broker.Envelope
+	var jc JobContext
+	var decodeErr error
+	if w.maxBytes >= 0 && len(msg.Body) > w.maxBytes {
+		decodeErr = &tooLargeError{size: len(msg.Body), limit: w.maxBytes}
+	} else if env, decodeErr = broker.DecodeMessage(msg); decodeErr == nil {
+		jc = w.jobContext(t.q, env, t.d, started)
+	}
+	ctx, finish := w.deliverHook(t.ctx, t.q, msg, env, &jc, decodeErr, started)
+	s := w.execute(ctx, t, msg, env, jc, decodeErr)
+	s.ctx, s.d, s.q, s.finish, s.reports = ctx, t.d, t.q, finish, t.reports
+	return s
+}
+
+// deliverHook tells the Deliver hook about a delivery; it returns the ctx
+// the job runs with and what to call with its outcome.
+func (w *Worker) deliverHook(ctx context.Context, q *queueConfig, msg broker.Message, env broker.Envelope, jc *JobContext,
+	decodeErr error, started time.Time) (context.Context, func(Outcome)) {
+	if w.hooks == nil || w.hooks.Deliver == nil {
+		return ctx, nil
+	}
+	due := msg.DueAt
+	if due.IsZero() && !msg.FromHold && decodeErr == nil {
+		due = env.EnqueuedAt() // due when enqueued (see broker.Message.DueAt)
+	}
+	info := &DeliveryInfo{System: w.backend.Name(), Queue: q.broker, Job: *jc, Headers: msg.Headers, DueAt: due, Started: started}
+	hookCtx, finish := ctx, func(Outcome) {}
+	w.guardHook("Deliver", func() {
+		c, f := w.hooks.Deliver(ctx, info)
+		if c != nil {
+			hookCtx = c
+		}
+		if f != nil {
+			finish = f
+		}
+	})
+	*jc = info.Job
+	return hookCtx, func(out Outcome) { w.guardHook("Deliver's outcome func", func() { finish(out) }) }
+}
+
+// execute decides what becomes of a delivery, running its handler when it
+// can run: a body that cannot be read, a job that came back from a crash
+// too often, an unknown kind or a payload that does not decode is dead-
+// lettered without running.
+func (w *Worker) execute(ctx context.Context, t task, msg broker.Message, env broker.Envelope, jc JobContext, decodeErr error) *settlement {
+	if decodeErr != nil {
+		return w.unreadable(t.q, msg, decodeErr, jc)
+	}
+	env.Queue = t.q.broker // republish where it came from, whatever the body says
+	log := jobLog{l: w.log, id: env.JobID, kind: env.JobType, queue: t.q.broker, attempt: env.Attempt}
+	if w.poisonAfter > 0 && t.d.Redelivered() && !w.givenBack.take(msg.ID) {
+		return w.countRedelivery(log, msg, env, jc)
+	}
+	h, ok := w.handlers[env.JobType]
+	if !ok {
+		log.Warn("no handler registered; dead-lettering")
+		return deadLetterOf(log, original(env), CauseNoHandler, fmt.Sprintf("no handler for job type %q", env.JobType), nil, jc)
+	}
+	job, err := h.decode(env.Payload)
+	if err != nil {
+		log.Error("payload did not match the handler's job type; dead-lettering", "error", err)
+		return deadLetterOf(log, original(env), CauseDecode, "decode error: "+err.Error(), err, jc)
+	}
+	policy := w.retryPolicy(t.q, env.JobType, h, job)
+	jc.MaxAttempts = policy.maxAttempts()
+	if t.alone {
+		log.Info("running a job that was in flight when a worker crashed, alone")
+	}
+	log.Debug("running job", "deferrals", jc.Deferrals, "priority", jc.Priority)
+	started := w.clock.Now()
+	err = w.call(ctx, t.q, h, job, jc)
+	ran := w.clock.Since(started)
+	s := w.decide(ctx, t.q, log, env, jc, policy, err)
+	s.out.Ran, s.out.HandlerDuration = true, ran
+	return s
+}
+
+// unreadable dead-letters, verbatim, a body that is over the size limit or
+// is not an envelope.
+func (w *Worker) unreadable(q *queueConfig, msg broker.Message, decodeErr error, jc JobContext) *settlement {
+	log := jobLog{l: w.log, queue: q.broker}
+	msg.Queue = q.broker
+	msg.Headers = maps.Clone(msg.Headers) // the delivery's own are read-only
+	if tooLarge, ok := errors.AsType[*tooLargeError](decodeErr); ok {
+		log.Error("message body is over the worker's size limit; dead-lettering it verbatim, unread", "bytes", tooLarge.size, "limit", tooLarge.limit)
+		return deadLetterOf(log, msg, CauseTooLarge, tooLarge.Error(), decodeErr, jc)
+	}
+	log.Error("message body is not a valid envelope; dead-lettering it verbatim", "error", decodeErr)
+	detail := decodeErr.Error()
+	if m, ok := errors.AsType[*broker.MalformedError](decodeErr); ok {
+		detail = m.Detail()
+	}
+	return deadLetterOf(log, msg, CauseMalformed, "malformed envelope: "+detail, decodeErr, jc)
+}
+
+// jobContext is what the handler of env will see.
+func (w *Worker) jobContext(q *queueConfig, env broker.Envelope, d broker.Delivery, now time.Time) JobContext {
+	return JobContext{
+		JobID:         env.JobID,
+		Kind:          env.JobType,
+		Queue:         q.broker,
+		Attempt:       int(env.Attempt),
+		MaxAttempts:   q.retry.maxAttempts(), // a job's own policy is applied once it is decoded
+		Deferrals:     int(env.Deferrals),
+		Priority:      int(env.Priority),
+		EnqueuedAt:    env.EnqueuedAt(),
+		Age:           max(0, now.Sub(env.EnqueuedAt())),
+		CorrelationID: env.CorrelationID,
+		Redelivered:   d.Redelivered(),
+	}
+}
+
+// call runs the handler under the middleware, the job timeout and a panic
+// guard.
+func (w *Worker) call(ctx context.Context, q *queueConfig, h handler, job decodedJob, jc JobContext) error {
+	timeout := cmp.Or(q.JobTimeout, w.jobTimeout)
+	runCtx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = w.clock.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	var err error
+	if len(w.middleware) == 0 {
+		err = runGuarded(runCtx, h, job, jc) // no closures to allocate
+	} else {
+		err = w.callThroughMiddleware(runCtx, h, job, jc)
+	}
+	if err == nil {
+		return nil
+	}
+	if timeout > 0 && errors.Is(runCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+		return &timeoutError{limit: timeout.String(), err: err}
+	}
+	if p, ok := errors.AsType[*panicError](err); ok {
+		w.log.Error("handler panicked", "job_id", jc.JobID, "kind", jc.Kind, "panic", fmt.Sprint(p.value), "stack", string(p.stack))
+	}
+	return err
+}
+
+// callThroughMiddleware runs the handler under the worker's middleware. It
+// is apart from call so that the closures, which capture jc, move only
+// this call's copy of it to the heap. A middleware's panic is the run's,
+// as the handler's is.
+func (w *Worker) callThroughMiddleware(ctx context.Context, h handler, job decodedJob, jc JobContext) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &panicError{value: r, stack: debug.Stack()}
+		}
+	}()
+	run := func(ctx context.Context) error { return runGuarded(ctx, h, job, jc) }
+	for i := len(w.middleware) - 1; i >= 0; i-- {
+		m, next := w.middleware[i], run
+		run = func(ctx context.Context) error { return m(ctx, jc, next) }
+	}
+	return run(ctx)
+}
+
+// runGuarded runs the handler, turning a panic into a *panicError.
+func runGuarded(ctx context.Context, h handler, job decodedJob, jc JobContext) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &panicError{value: r, stack: debug.Stack()}
+		}
+	}()
+	return h.run(ctx, job, jc)
+}
+
+// guardHook calls a hook, turning a panic in it into an error log: a bug in
+// instrumentation must not take the worker down with every delivery in
+// flight. The job goes on as if the hook were not there.
+func (w *Worker) guardHook(which string, call func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.log.Error("hook panicked; going on without it", "hook", which, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		}
+	}()
+	call()
+}
+
+// publishHook tells the publish hook about a republish of the worker's
+// (guardHook): it returns what to call with the result.
+func (w *Worker) publishHook(ctx context.Context, op PublishOp, msg *broker.Message, delay time.Duration, reason string) func(error) {
+	if w.hooks == nil || w.hooks.Publish == nil {
+		return func(error) {}
+	}
+	done := func(error) {}
+	w.guardHook("Publish", func() { done = w.hooks.publishing(ctx, w.backend.Name(), op, msg, delay, reason) })
+	return func(err error) { w.guardHook("Publish's result func", func() { done(err) }) }
+}
+
+// tooLargeError: a body over WorkerConfig.MaxMessageBytes, not read.
+type tooLargeError struct{ size, limit int }
+
+func (e *tooLargeError) Error() string {
+	return fmt.Sprintf("too large: %d bytes, over the worker's limit of %d", e.size, e.limit)
+}
+
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.value) }
+
+type timeoutError struct {
+	limit string
+	err   error
+}
+
+func (e *timeoutError) Error() string { return "job timed out after " + e.limit + ": " + e.err.Error() }
+func (e *timeoutError) Unwrap() error { return e.err }

@@ -1,0 +1,274 @@
+package queuey
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/queuey-go/queuey/broker"
+)
+
+// settleAction is what telling the broker an outcome takes. Every action
+// but actRequeue ends in an ack once its publish is confirmed (SPEC §2:
+// published and confirmed first, then the original acked).
+type settleAction int
+
+const (
+	actAck        settleAction = iota // a success: ack
+	actHold                           // a retry or deferral: hold the next envelope, then ack
+	actDeadLetter                     // publish to <q>.dead, then ack
+	actCopy                           // publish a copy to the back of the queue, then ack (PoisonAfter)
+	actRequeue                        // give the delivery back unsettled
+)
+
+// settlement is what is to become of one delivery, and how far telling the
+// broker has come. A handler goroutine carries it out (settle); if a
+// publish fails, it goes to the queue actor, which hands it to the pool
+// again once its backoff is over: the handler does not run again.
+type settlement struct {
+	action  settleAction
+	msg     broker.Message   // what actHold, actDeadLetter and actCopy publish
+	op      PublishOp        // actHold and actCopy: for the publish hook
+	delay   time.Duration    // actHold: as asked
+	kind    holdKind         // actHold
+	pausing bool             // actHold: a PauseQueue
+	env     broker.Envelope  // actHold: the job as delivered, should it go to the dead letters
+	jc      JobContext       // actHold: as its handler saw it, for the same
+	reason  string           // actDeadLetter
+	event   *DeadLetterEvent // actDeadLetter: for OnDeadLetter, told once
+	out     Outcome
+
+	ctx     context.Context // the delivery's, as the Deliver hook gave it
+	d       broker.Delivery
+	q       *queueConfig
+	log     jobLog
+	finish  func(Outcome) // the Deliver hook's; called once
+	reports chan<- report // the queue actor's: for the pause notice
+
+	tries   int       // failed publishes so far
+	lastErr error     // the last one's error
+	due     time.Time // when the queue actor hands it out again
+	stuck   bool      // a dead letter past republishTries, said once
+}
+
+// decide is the table of SPEC §2: what a handler's result makes of the job.
+func (w *Worker) decide(ctx context.Context, q *queueConfig, log jobLog, env broker.Envelope, jc JobContext, policy RetryPolicy, err error) *settlement {
+	if err != nil && ctx.Err() != nil {
+		return w.interrupted(ctx, log, env, err)
+	}
+	var s *settlement
+	switch o, def, pausing := classify(err); o {
+	case outcomeSuccess:
+		s = &settlement{action: actAck, out: Outcome{Result: Succeeded}}
+	case outcomeDefer:
+		s = w.deferral(q, log, env, jc, def, pausing)
+	case outcomeFatal:
+		log.Error("job failed fatally", "error", err)
+		cause := err
+		if f, ok := errors.AsType[*FatalError](err); ok {
+			cause = f.Err
+		}
+		s = deadLetterOf(log, original(env), CauseFatal, "fatal error: "+cause.Error(), err, jc)
+	case outcomeRetry:
+		s = w.retry(log, env, jc, policy, err)
+	}
+	s.log = log
+	if err != nil {
+		_, s.out.Panicked = errors.AsType[*panicError](err)
+		_, s.out.TimedOut = errors.AsType[*timeoutError](err)
+		if s.out.Result != Succeeded && s.out.Result != Deferred {
+			s.out.Err = err
+		}
+	}
+	return s
+}
+
+// deferral holds the job for the delay its handler asked, at the queue's
+// top priority, or dead-letters it if no hold queue can give that delay.
+func (w *Worker) deferral(q *queueConfig, log jobLog, env broker.Envelope, jc JobContext, def *DeferError, pausing bool) *settlement {
+	if _, err := broker.HoldTTL(def.Delay, w.set.deferGranularity); err != nil {
+		err = fmt.Errorf("hold for %s: %w", holdDefer, err)
+		log.Error("job asked for a deferral no hold queue can give; dead-lettering", "error", err)
+		return deadLetterOf(log, original(env), CauseInvalidDeferral, "invalid deferral: "+err.Error(), err, jc)
+	}
+	next, _ := env.Deferred(q.maxPriority).Message() // cannot fail for an envelope that just decoded
+	return &settlement{action: actHold, msg: next, op: OpDeferral, delay: def.Delay, kind: holdDefer, pausing: pausing, env: env, jc: jc,
+		out: Outcome{Result: Deferred, Delay: def.Delay, Reason: def.Reason}}
+}
+
+// retry holds the job's next attempt for its backoff, or dead-letters it
+// when its attempts are used up.
+func (w *Worker) retry(log jobLog, env broker.Envelope, jc JobContext, policy RetryPolicy, err error) *settlement {
+	delay, again := policy.Decide(jc.Attempt)
+	if !again {
+		log.Error("job failed; giving up", "error", err, "max_attempts", jc.MaxAttempts)
+		return deadLetterOf(log, original(env), CauseExhausted, fmt.Sprintf("max attempts (%d) exhausted after attempt %d: %s",
+			jc.MaxAttempts, jc.Attempt, reasonText(err)), err, jc)
+	}
+	// A backoff caps at the longest hold (Backoff.Max), which the rounding
+	// to the retry granularity must not push past the limit.
+	delay = min(delay, broker.LongestHold(w.set.retryGranularity))
+	next, _ := env.NextAttempt().Message()
+	return &settlement{action: actHold, msg: next, op: OpRetry, delay: delay, kind: holdRetry, env: env, jc: jc,
+		out: Outcome{Result: Retried, Delay: delay, NextAttempt: jc.Attempt + 1}}
+}
+
+// interrupted settles a job whose handler was cancelled: by a stop that ran
+// out of time, or because its delivery was lost with its consumer. That is
+// not the job's fault: it goes back as it was.
+func (w *Worker) interrupted(ctx context.Context, log jobLog, env broker.Envelope, err error) *settlement {
+	out := Outcome{Result: Requeued, Err: err}
+	if w.poisonAfter > 0 && errors.Is(context.Cause(ctx), errStopTimedOut) {
+		// Nor a crash: published again unchanged and acked, as an unstarted
+		// delivery is, so that PoisonAfter does not count it (requeued, it
+		// would come back redelivered).
+		log.Warn("job interrupted by the worker's stop; publishing it again", "error", err)
+		return &settlement{action: actCopy, msg: original(env), op: OpRedelivery, out: out, log: log}
+	}
+	log.Warn("job interrupted (the worker is stopping or its delivery was lost); returning it to the queue", "error", err)
+	return &settlement{action: actRequeue, out: out, log: log}
+}
+
+// deadLetterOf is the settlement that moves msg to the dead letters.
+func deadLetterOf(log jobLog, msg broker.Message, why DeadLetterCause, reason string, cause error, jc JobContext) *settlement {
+	return &settlement{action: actDeadLetter, msg: msg, reason: reason, log: log,
+		event: &DeadLetterEvent{Job: jc, Cause: why, Reason: reason, Err: cause},
+		out:   Outcome{Result: DeadLettered, Cause: why, Reason: reason, Err: cause}}
+}
+
+// original is env as it is published again (to the dead letters, or as a
+// copy).
+func original(env broker.Envelope) broker.Message {
+	m, _ := env.Message() // cannot fail for an envelope that just decoded
+	return m
+}
+
+// settle carries s out: its publish, then the ack. A failed publish comes
+// back as a report asking for another try.
+func (w *Worker) settle(s *settlement) report {
+	if err := w.act(s); err != nil {
+		return w.failedTry(s, err)
+	}
+	return w.settled(s)
+}
+
+// act makes s's publish, if it has one.
+func (w *Worker) act(s *settlement) error {
+	switch s.action {
+	case actHold:
+		return w.holdNext(s)
+	case actDeadLetter:
+		return w.deadLetter(s)
+	case actCopy:
+		return w.publishCopy(s)
+	}
+	return nil
+}
+
+// holdNext holds s's next envelope through the hold actor. A PauseQueue
+// pauses the queue once the job is held, before the ack (which frees a
+// prefetch slot the broker would fill at once), until the job is back.
+func (w *Worker) holdNext(s *settlement) error {
+	msg := s.msg
+	done := w.publishHook(s.ctx, s.op, &msg, s.delay, "")
+	err := w.hold.ask(s.ctx, msg, s.delay, s.kind)
+	done(err)
+	if err != nil || !s.pausing {
+		return err
+	}
+	ttl, _ := broker.HoldTTL(s.delay, w.set.deferGranularity)
+	s.out.PausedUntil = w.clock.Now().Add(ttl)
+	s.log.Info("queue rate limited; pausing it", "until", s.out.PausedUntil, "reason", s.out.Reason)
+	s.reports <- report{notice: true, pauseUntil: s.out.PausedUntil}
+	return nil
+}
+
+// deadLetter tells the dead-letter hook (the first time), then moves s's
+// message to the dead letters with its reason.
+func (w *Worker) deadLetter(s *settlement) error {
+	if w.onDeadLetter != nil && s.event != nil {
+		ev := *s.event
+		s.event = nil
+		w.guardHook("OnDeadLetter", func() { w.onDeadLetter(s.ctx, ev) })
+	}
+	msg := s.msg
+	done := w.publishHook(s.ctx, OpDeadLetter, &msg, 0, s.reason)
+	err := w.backend.DeadLetter(s.ctx, broker.DeadLetter{Message: msg, Reason: s.reason})
+	done(err)
+	return err
+}
+
+// publishCopy publishes s's message to the back of its queue, within
+// giveBackTimeout: the job may be one a stopping worker gives back.
+func (w *Worker) publishCopy(s *settlement) error {
+	ctx, cancel := w.clock.WithTimeout(context.WithoutCancel(s.ctx), giveBackTimeout)
+	defer cancel()
+	msg := s.msg
+	done := w.publishHook(ctx, s.op, &msg, 0, "")
+	err := w.backend.Publish(ctx, msg)
+	done(err)
+	return err
+}
+
+// settled acks s's delivery (or requeues it, for actRequeue) and tells the
+// Deliver hook how it ended.
+func (w *Worker) settled(s *settlement) report {
+	if s.action == actRequeue {
+		requeue(s.d, s.log)
+		s.finishWith(s.out)
+		return report{}
+	}
+	if err := s.d.Ack(context.Background()); err != nil {
+		w.settleFailed(s.log, slog.LevelError, "ack", err)
+		s.lastErr = err
+		s.finishAs(Requeued)
+		return report{}
+	}
+	s.logSettled(w.set)
+	s.finishWith(s.out)
+	return report{}
+}
+
+// logSettled writes the line that says how a job ended, once it has.
+func (s *settlement) logSettled(set *queueSet) {
+	switch s.out.Result {
+	case Succeeded:
+		s.log.Info("job succeeded")
+	case Deferred:
+		wait, _ := broker.HoldTTL(s.delay, set.deferGranularity)
+		s.log.Info("job deferred", "delay", s.delay, "waits", wait, "reason", s.out.Reason, "deferrals", s.msg.Deferrals)
+	case Retried:
+		wait, _ := broker.HoldTTL(s.delay, set.retryGranularity)
+		s.log.Warn("job failed; retrying", "error", s.out.Err, "delay", s.delay, "waits", wait, "next_attempt", s.out.NextAttempt)
+	}
+}
+
+func (s *settlement) finishWith(out Outcome) {
+	if s.finish != nil {
+		s.finish(out)
+		s.finish = nil
+	}
+}
+
+// finishAs ends s as r (Requeued: its delivery goes back unsettled), with
+// the last settle error.
+func (s *settlement) finishAs(r Result) {
+	s.finishWith(Outcome{Result: r, Err: s.out.Err, SettleErr: s.lastErr, Ran: s.out.Ran, HandlerDuration: s.out.HandlerDuration})
+}
+
+func (w *Worker) settleFailed(log jobLog, level slog.Level, op string, err error) {
+	w.settleFailures.Add(1)
+	log.log(level, "failed to settle delivery", []any{"operation", op, "error", err})
+}
+
+// reasonText is err's text for a dead letter's reason, which goes into the
+// message's headers and onto spans: a panic's value (it may hold anything
+// the handler had) stays in the worker's log, with its stack.
+func reasonText(err error) string {
+	if _, ok := errors.AsType[*panicError](err); ok {
+		return "handler panicked (its value and stack are in the worker's log)"
+	}
+	return err.Error()
+}

@@ -1,0 +1,94 @@
+package queuey
+
+import (
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+)
+
+// republishTries is how many times a retry's or deferral's hold, or a copy,
+// is published before the worker stops trying: a hold then goes to the
+// dead letters, a copy back to the queue. A dead letter is tried for as
+// long as the worker runs, every maxRepublishDelay after that.
+const republishTries = 5
+
+// maxRepublishDelay caps the backoff between tries of a failed publish.
+const maxRepublishDelay = 30 * time.Second
+
+// failedTry counts a failed publish of s and says what comes next: another
+// try after a backoff (the queue actor keeps s meanwhile and the delivery
+// unacked; the handler does not run again), or, past republishTries, the
+// dead letters for a hold, the queue for a copy.
+func (w *Worker) failedTry(s *settlement, err error) report {
+	s.tries++
+	s.lastErr = err
+	w.settleFailed(s.log, slog.LevelWarn, s.opName(), err)
+	if s.tries < republishTries {
+		return report{retry: s}
+	}
+	switch s.action {
+	case actHold:
+		s.log.Error("the broker refused the job's hold; dead-lettering it", "hold", s.kind.String(), "tries", s.tries, "error", err)
+		s.toDeadLetter(fmt.Sprintf("could not be held for its %s (%v) after %d tries: %v", s.kind, s.delay, s.tries, err))
+		return w.settle(s)
+	case actCopy:
+		s.log.Error("could not publish the job again; requeueing it", "tries", s.tries, "error", err)
+		w.givenBack.add(s.d.Message().ID) // it comes back redelivered: no crash to count
+		s.action = actRequeue
+		return w.settled(s)
+	}
+	if !s.stuck {
+		s.stuck = true
+		s.log.Error("could not dead-letter the job; it stays unacked, and its dead letter is tried again for as long as the worker runs",
+			"every", maxRepublishDelay, "tries", s.tries, "error", err)
+	}
+	return report{retry: s}
+}
+
+// republishBackoff is the wait before try tries+1 of a failed publish:
+// RepublishDelay doubled at each try, capped at maxRepublishDelay, and
+// jittered to between half of that and all of it, so that a fleet whose
+// publishes failed together does not try again together.
+func (w *Worker) republishBackoff(tries int) time.Duration {
+	d := w.republishDelay
+	for i := 1; i < tries && d < maxRepublishDelay; i++ {
+		d *= 2
+	}
+	d = min(d, maxRepublishDelay)
+	return d/2 + rand.N(d/2+1)
+}
+
+// giveUpSettling returns s's delivery to the broker unsettled: the worker
+// is stopping. With PoisonAfter, it is remembered as given back, so that
+// its redelivery is not counted as a crash.
+func (w *Worker) giveUpSettling(s *settlement) {
+	if w.poisonAfter > 0 {
+		w.givenBack.add(s.d.Message().ID)
+	}
+	requeue(s.d, s.log)
+	s.finishAs(Requeued)
+}
+
+func (s *settlement) opName() string {
+	switch s.action {
+	case actHold:
+		return s.kind.String()
+	case actDeadLetter:
+		return "dead letter"
+	case actCopy:
+		return "publish again"
+	}
+	return "ack"
+}
+
+// toDeadLetter turns a hold the broker keeps refusing into a dead letter of
+// the job as it was delivered, with reason.
+func (s *settlement) toDeadLetter(reason string) {
+	s.action, s.msg, s.reason = actDeadLetter, original(s.env), reason
+	s.event = &DeadLetterEvent{Job: s.jc, Cause: CauseHoldRefused, Reason: reason, Err: s.out.Err}
+	o := s.out
+	o.Result, o.Cause, o.Reason, o.Delay, o.NextAttempt, o.PausedUntil = DeadLettered, CauseHoldRefused, reason, 0, 0, time.Time{}
+	s.out = o
+	s.tries, s.lastErr = 0, nil
+}
