@@ -85,4 +85,3 @@ func Register[T Job](w *Worker, h Handler[T]) (err error) {
 	w.handlers[kind] = newTypedHandler(h)
 	return nil
 }
-
