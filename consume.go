@@ -21,7 +21,7 @@ type queueActor struct {
 	w        *Worker
 	q        *queueConfig
 	hold     *holdActor
-	pool     chan<- task             // the worker's handlers: a send waits for a free one
+	pool     chan task               // the worker's handlers: a send waits for room
 	fail     context.CancelCauseFunc // stops the whole worker, for a closed backend
 	stopping context.Context         // ends when the worker starts to stop
 	waiting  *atomic.Int32           // the mailbox's fill, for Worker.Waiting
@@ -43,16 +43,19 @@ const inUseRetry = time.Second
 type queueLoop struct {
 	*queueActor
 	ctx            context.Context
+	done           <-chan struct{} // closed when the worker stops or ctx ends
 	handlerCtx     context.Context // outlives ctx: a graceful stop lets handlers finish
 	cancelHandlers context.CancelCauseFunc
 
 	consumer broker.Consumer        // nil between consumers (paused)
 	in       <-chan broker.Delivery // the consumer's deliveries; nil once drained
 	reports  chan report            // from the handlers of this run
-	mailbox  []broker.Delivery      // received, not started: at most prefetch
+	mailbox  []broker.Delivery      // received, not started (from head on): at most prefetch
+	head     int                    // the oldest in mailbox
 	running  int                    // tasks handed to the pool, not yet reported
 	retries  []*settlement          // settles that failed, each waiting its backoff
 	draining bool                   // the consumer was stopped: for a pause or a suspect
+	holdBack chan struct{}          // closed when a pause or a stop starts: tasks handed out and not started stay so
 	resumeAt time.Time              // paused: when to consume again
 	suspect  *suspect               // a job to run alone (poison.go)
 	offered  int                    // the retry nextTask offered, or -1
@@ -66,7 +69,10 @@ type queueLoop struct {
 func (a *queueActor) Run(ctx context.Context) error {
 	handlerCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancel(nil)
-	l := &queueLoop{queueActor: a, ctx: ctx, handlerCtx: handlerCtx, cancelHandlers: cancel,
+	stopCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	defer context.AfterFunc(a.stopping, stop)()
+	l := &queueLoop{queueActor: a, ctx: ctx, done: stopCtx.Done(), handlerCtx: handlerCtx, cancelHandlers: cancel,
 		reports: make(chan report, 2*a.q.prefetch)}
 	defer l.stopTimer()
 	if err := l.consume(); err != nil || l.ended() {
@@ -83,14 +89,14 @@ func (a *queueActor) Run(ctx context.Context) error {
 // ended reports whether the worker is stopping or Run's ctx ended.
 func (l *queueLoop) ended() bool { return l.stopping.Err() != nil || l.ctx.Err() != nil }
 
-// step waits for one message and reacts to it. Handlers' reports come
-// first: a pause must stop the dispatch of what is already here.
+// step reacts to what is ready, or else waits for one message.
 func (l *queueLoop) step() (done bool, _ error) {
-	select {
-	case r := <-l.reports:
-		l.reported(r)
+	did, err := l.doReady()
+	if err != nil {
+		return true, err
+	}
+	if did {
 		return false, l.afterEvent()
-	default:
 	}
 	next, pool := l.nextTask()
 	select {
@@ -104,12 +110,54 @@ func (l *queueLoop) step() (done bool, _ error) {
 		l.started()
 	case <-l.timerC():
 		l.woke()
-	case <-l.stopping.Done():
-		return true, l.stop()
-	case <-l.ctx.Done():
+	case <-l.done:
 		return true, l.stop()
 	}
 	return false, l.afterEvent()
+}
+
+// doReady takes every message already waiting, handlers' reports first (a
+// pause must stop the dispatch of what is already here), then deliveries,
+// and hands the pool what it takes at once, without the select over every
+// channel, which costs a lock of each. It reports whether it did anything.
+func (l *queueLoop) doReady() (did bool, _ error) {
+	for r, ok := tryRecv(l.reports); ok; r, ok = tryRecv(l.reports) {
+		l.reported(r)
+		did = true
+	}
+	for l.in != nil {
+		select {
+		case d, ok := <-l.in:
+			did = true
+			if err := l.received(d, ok); err != nil {
+				return did, err
+			}
+			continue
+		default:
+		}
+		break
+	}
+	for next, pool := l.nextTask(); pool != nil; next, pool = l.nextTask() {
+		select {
+		case pool <- next:
+			l.started()
+			did = true
+			continue
+		default:
+		}
+		break
+	}
+	return did, nil
+}
+
+func tryRecv[T any](ch <-chan T) (T, bool) {
+	select {
+	case v := <-ch:
+		return v, true
+	default:
+		var zero T
+		return zero, false
+	}
 }
 
 // consume starts a consumer. A queue deleted behind the worker's back is
@@ -127,6 +175,7 @@ func (l *queueLoop) consume() error {
 	switch {
 	case err == nil:
 		l.consumer, l.in, l.draining, l.resumeAt = c, c.Deliveries(), false, time.Time{}
+		l.holdBack = make(chan struct{})
 		return nil
 	case errors.Is(err, broker.ErrClosed):
 		a.fail(fmt.Errorf("queue %q: %w", a.q.broker, err))
@@ -157,7 +206,7 @@ func (l *queueLoop) received(d broker.Delivery, ok bool) error {
 		l.isolate(d)
 	default: // another suspect meanwhile is set aside when its turn comes
 		l.mailbox = append(l.mailbox, d)
-		l.waiting.Store(int32(len(l.mailbox)))
+		l.waiting.Store(int32(l.held()))
 	}
 	return nil
 }
@@ -186,11 +235,12 @@ func (l *queueLoop) consumerEnded() error {
 // the worker waits for them when it stops.
 func (l *queueLoop) dropStale() {
 	l.cancelHandlers(errConsumerLost)
+	l.holdBackTasks()
 	for _, s := range l.retries {
 		s.finishAs(Requeued)
 	}
-	l.mailbox, l.retries, l.suspect = nil, nil, nil
-	l.waiting.Store(0)
+	l.takeMailbox()
+	l.retries, l.suspect = nil, nil
 }
 
 // reported takes a handler's message.
@@ -199,9 +249,13 @@ func (l *queueLoop) reported(r report) {
 		l.pause(r.pauseUntil)
 	}
 	if r.notice {
+		close(r.paused)
 		return
 	}
 	l.running--
+	if r.unstarted != nil {
+		l.giveBack(r.unstarted)
+	}
 	if r.alone {
 		l.suspect = nil
 	}
@@ -222,10 +276,21 @@ func (l *queueLoop) pause(until time.Time) {
 		l.giveBack(l.suspect.d)
 		l.suspect = nil
 	}
-	l.giveBack(l.mailbox...)
-	l.mailbox = l.mailbox[:0]
-	l.waiting.Store(0)
+	l.giveBack(l.takeMailbox()...)
 	l.stopConsumer()
+	l.holdBackTasks()
+}
+
+// holdBackTasks tells the handler goroutines not to start the tasks of
+// this consumer they have not started yet: they come back as unstarted.
+func (l *queueLoop) holdBackTasks() {
+	select {
+	case <-l.holdBack:
+	default:
+		if l.holdBack != nil {
+			close(l.holdBack)
+		}
+	}
 }
 
 // stopConsumer ends new deliveries; the loop reads what was already sent
@@ -241,7 +306,7 @@ func (l *queueLoop) stopConsumer() {
 // the suspect alone, then ends the consumer and consumes again, now or
 // once the pause is over.
 func (l *queueLoop) afterEvent() error {
-	if !l.draining || l.in != nil || l.running > 0 || len(l.mailbox) > 0 || len(l.retries) > 0 {
+	if !l.draining || l.in != nil || l.running > 0 || l.held() > 0 || len(l.retries) > 0 {
 		return nil
 	}
 	if l.suspect != nil {
@@ -306,14 +371,14 @@ func (l *queueLoop) stopTimer() {
 // whose backoff is over, else the oldest delivery not started, else a
 // suspect whose turn to run alone has come. started takes it off.
 func (l *queueLoop) nextTask() (task, chan<- task) {
-	t := task{ctx: l.handlerCtx, q: l.q, reports: l.reports}
+	t := task{ctx: l.handlerCtx, holdBack: l.holdBack, q: l.q, reports: l.reports}
 	l.offered = -1
 	if i := l.dueRetry(); i >= 0 {
 		t.redo, l.offered = l.retries[i], i
 		return t, l.pool
 	}
-	if len(l.mailbox) > 0 {
-		t.d = l.mailbox[0]
+	if l.held() > 0 {
+		t.d = l.mailbox[l.head]
 		return t, l.pool
 	}
 	if l.suspect != nil && !l.suspect.running && l.in == nil && l.running == 0 && len(l.retries) == 0 {
@@ -343,10 +408,13 @@ func (l *queueLoop) started() {
 	switch {
 	case l.offered >= 0:
 		l.retries = append(l.retries[:l.offered], l.retries[l.offered+1:]...)
-	case len(l.mailbox) > 0:
-		l.mailbox[0] = nil
-		l.mailbox = l.mailbox[1:]
-		l.waiting.Store(int32(len(l.mailbox)))
+	case l.held() > 0:
+		l.mailbox[l.head] = nil
+		l.head++
+		if l.head == len(l.mailbox) {
+			l.mailbox, l.head = l.mailbox[:0], 0
+		}
+		l.waiting.Store(int32(l.held()))
 	default:
 		l.suspect.running = true
 	}
@@ -365,4 +433,15 @@ func errOr(err, or error) error {
 		return err
 	}
 	return or
+}
+
+// held is how many deliveries the mailbox holds.
+func (l *queueLoop) held() int { return len(l.mailbox) - l.head }
+
+// takeMailbox empties the mailbox and returns what it held.
+func (l *queueLoop) takeMailbox() []broker.Delivery {
+	ds := l.mailbox[l.head:]
+	l.mailbox, l.head = nil, 0
+	l.waiting.Store(0)
+	return ds
 }

@@ -15,20 +15,23 @@ import (
 // task is a message to the worker's handler goroutines: run one delivery
 // to its settlement, or try again a settle that failed (redo).
 type task struct {
-	ctx     context.Context // the queue actor's handler ctx: ends at a hard stop or with the consumer
-	q       *queueConfig
-	d       broker.Delivery
-	alone   bool        // a suspect of a crash, its turn to run alone come (poison.go)
-	redo    *settlement // a settle to try again, instead of running d
-	reports chan<- report
+	ctx      context.Context // the queue actor's handler ctx: ends at a hard stop or with the consumer
+	holdBack <-chan struct{} // closed once the queue actor starts nothing more (a pause, a stop)
+	q        *queueConfig
+	d        broker.Delivery
+	alone    bool        // a suspect of a crash, its turn to run alone come (poison.go)
+	redo     *settlement // a settle to try again, instead of running d
+	reports  chan<- report
 }
 
 // report is a handler goroutine's message to its queue actor.
 type report struct {
-	pauseUntil time.Time   // a handler paused the queue until then (PauseQueue)
-	notice     bool        // only the pause: the task goes on
-	alone      bool        // the task was a suspect running alone
-	retry      *settlement // settling failed: to be tried again after a backoff
+	pauseUntil time.Time // a handler paused the queue until then (PauseQueue)
+	notice     bool      // only the pause: the task goes on once paused is closed
+	paused     chan<- struct{}
+	alone      bool            // the task was a suspect running alone
+	unstarted  broker.Delivery // the task was not started: the queue actor held it back
+	retry      *settlement     // settling failed: to be tried again after a backoff
 }
 
 // serve is one of the worker's handler goroutines: it performs tasks until
@@ -40,9 +43,36 @@ func (w *Worker) serve(tasks <-chan task) {
 	}
 }
 
+// heldBack reports a task its queue actor no longer wants started: it
+// paused or is stopping since it handed the task out, or lost its consumer.
+func (t task) heldBack() bool {
+	select {
+	case <-t.holdBack:
+		return true
+	default:
+		return t.ctx.Err() != nil
+	}
+}
+
+// giveBackTasks empties the pool's buffer at a stop: each task goes back
+// to its queue actor unstarted, so that deliveries not started return to
+// the broker at once, not once a handler goroutine is free to refuse them.
+func giveBackTasks(pool chan task) {
+	for t, ok := tryRecv(pool); ok; t, ok = tryRecv(pool) {
+		if t.redo == nil {
+			t.reports <- report{unstarted: t.d}
+		} else {
+			t.reports <- report{retry: t.redo}
+		}
+	}
+}
+
 func (w *Worker) perform(t task) report {
 	if t.redo != nil {
 		return w.settle(t.redo)
+	}
+	if t.heldBack() {
+		return report{unstarted: t.d}
 	}
 	if w.poisonAfter > 0 && !t.alone && isSuspect(t.d) {
 		// Another suspect came while one waited to run alone: it goes to
@@ -50,14 +80,15 @@ func (w *Worker) perform(t task) report {
 		_ = w.setAside(t.ctx, t.q, t.d)
 		return report{}
 	}
-	r := w.settle(w.process(t))
+	s := w.process(t)
+	r := w.settle(&s)
 	r.alone = t.alone
 	return r
 }
 
 // process runs one delivery up to what is to become of it, telling the
 // Deliver hook.
-func (w *Worker) process(t task) *settlement {
+func (w *Worker) process(t task) settlement {
 	msg := t.d.Message()
 	started := w.clock.Now()
 	var env broker.Envelope
@@ -104,7 +135,7 @@ func (w *Worker) deliverHook(ctx context.Context, q *queueConfig, msg broker.Mes
 // can run: a body that cannot be read, a job that came back from a crash
 // too often, an unknown kind or a payload that does not decode is dead-
 // lettered without running.
-func (w *Worker) execute(ctx context.Context, t task, msg broker.Message, env broker.Envelope, jc JobContext, decodeErr error) *settlement {
+func (w *Worker) execute(ctx context.Context, t task, msg broker.Message, env broker.Envelope, jc JobContext, decodeErr error) settlement {
 	if decodeErr != nil {
 		return w.unreadable(t.q, msg, decodeErr, jc)
 	}
@@ -139,7 +170,7 @@ func (w *Worker) execute(ctx context.Context, t task, msg broker.Message, env br
 
 // unreadable dead-letters, verbatim, a body that is over the size limit or
 // is not an envelope.
-func (w *Worker) unreadable(q *queueConfig, msg broker.Message, decodeErr error, jc JobContext) *settlement {
+func (w *Worker) unreadable(q *queueConfig, msg broker.Message, decodeErr error, jc JobContext) settlement {
 	log := jobLog{l: w.log, queue: q.broker}
 	msg.Queue = q.broker
 	msg.Headers = maps.Clone(msg.Headers) // the delivery's own are read-only

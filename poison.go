@@ -49,7 +49,7 @@ func (l *queueLoop) isolate(d broker.Delivery) {
 // redelivered PoisonAfter times is dead-lettered as poison: it most likely
 // kills its worker. Otherwise the job is published again with the count
 // raised, and the original acked; the copy is what runs.
-func (w *Worker) countRedelivery(log jobLog, msg broker.Message, env broker.Envelope, jc JobContext) *settlement {
+func (w *Worker) countRedelivery(log jobLog, msg broker.Message, env broker.Envelope, jc JobContext) settlement {
 	n, _ := strconv.Atoi(msg.Headers[headerRedeliveries])
 	n++
 	if n >= w.poisonAfter {
@@ -73,7 +73,7 @@ func (w *Worker) countRedelivery(log jobLog, msg broker.Message, env broker.Enve
 	}
 	again.Headers[headerRedeliveries] = strconv.Itoa(n)
 	log.Warn("job came back unsettled; counted and published again", "redeliveries", n, "poison_after", w.poisonAfter)
-	return &settlement{action: actCopy, msg: again, op: OpRedelivery, log: log, out: Outcome{Result: Requeued}}
+	return settlement{action: actCopy, msg: again, op: OpRedelivery, log: log, out: Outcome{Result: Requeued}}
 }
 
 // setAside publishes d again, unchanged, to the back of its queue, and

@@ -54,14 +54,14 @@ type settlement struct {
 }
 
 // decide is the table of SPEC §2: what a handler's result makes of the job.
-func (w *Worker) decide(ctx context.Context, q *queueConfig, log jobLog, env broker.Envelope, jc JobContext, policy RetryPolicy, err error) *settlement {
+func (w *Worker) decide(ctx context.Context, q *queueConfig, log jobLog, env broker.Envelope, jc JobContext, policy RetryPolicy, err error) settlement {
 	if err != nil && ctx.Err() != nil {
 		return w.interrupted(ctx, log, env, err)
 	}
-	var s *settlement
+	var s settlement
 	switch o, def, pausing := classify(err); o {
 	case outcomeSuccess:
-		s = &settlement{action: actAck, out: Outcome{Result: Succeeded}}
+		s = settlement{action: actAck, out: Outcome{Result: Succeeded}}
 	case outcomeDefer:
 		s = w.deferral(q, log, env, jc, def, pausing)
 	case outcomeFatal:
@@ -87,20 +87,20 @@ func (w *Worker) decide(ctx context.Context, q *queueConfig, log jobLog, env bro
 
 // deferral holds the job for the delay its handler asked, at the queue's
 // top priority, or dead-letters it if no hold queue can give that delay.
-func (w *Worker) deferral(q *queueConfig, log jobLog, env broker.Envelope, jc JobContext, def *DeferError, pausing bool) *settlement {
+func (w *Worker) deferral(q *queueConfig, log jobLog, env broker.Envelope, jc JobContext, def *DeferError, pausing bool) settlement {
 	if _, err := broker.HoldTTL(def.Delay, w.set.deferGranularity); err != nil {
 		err = fmt.Errorf("hold for %s: %w", holdDefer, err)
 		log.Error("job asked for a deferral no hold queue can give; dead-lettering", "error", err)
 		return deadLetterOf(log, original(env), CauseInvalidDeferral, "invalid deferral: "+err.Error(), err, jc)
 	}
 	next, _ := env.Deferred(q.maxPriority).Message() // cannot fail for an envelope that just decoded
-	return &settlement{action: actHold, msg: next, op: OpDeferral, delay: def.Delay, kind: holdDefer, pausing: pausing, env: env, jc: jc,
+	return settlement{action: actHold, msg: next, op: OpDeferral, delay: def.Delay, kind: holdDefer, pausing: pausing, env: env, jc: jc,
 		out: Outcome{Result: Deferred, Delay: def.Delay, Reason: def.Reason}}
 }
 
 // retry holds the job's next attempt for its backoff, or dead-letters it
 // when its attempts are used up.
-func (w *Worker) retry(log jobLog, env broker.Envelope, jc JobContext, policy RetryPolicy, err error) *settlement {
+func (w *Worker) retry(log jobLog, env broker.Envelope, jc JobContext, policy RetryPolicy, err error) settlement {
 	delay, again := policy.Decide(jc.Attempt)
 	if !again {
 		log.Error("job failed; giving up", "error", err, "max_attempts", jc.MaxAttempts)
@@ -111,29 +111,29 @@ func (w *Worker) retry(log jobLog, env broker.Envelope, jc JobContext, policy Re
 	// to the retry granularity must not push past the limit.
 	delay = min(delay, broker.LongestHold(w.set.retryGranularity))
 	next, _ := env.NextAttempt().Message()
-	return &settlement{action: actHold, msg: next, op: OpRetry, delay: delay, kind: holdRetry, env: env, jc: jc,
+	return settlement{action: actHold, msg: next, op: OpRetry, delay: delay, kind: holdRetry, env: env, jc: jc,
 		out: Outcome{Result: Retried, Delay: delay, NextAttempt: jc.Attempt + 1}}
 }
 
 // interrupted settles a job whose handler was cancelled: by a stop that ran
 // out of time, or because its delivery was lost with its consumer. That is
 // not the job's fault: it goes back as it was.
-func (w *Worker) interrupted(ctx context.Context, log jobLog, env broker.Envelope, err error) *settlement {
+func (w *Worker) interrupted(ctx context.Context, log jobLog, env broker.Envelope, err error) settlement {
 	out := Outcome{Result: Requeued, Err: err}
 	if w.poisonAfter > 0 && errors.Is(context.Cause(ctx), errStopTimedOut) {
 		// Nor a crash: published again unchanged and acked, as an unstarted
 		// delivery is, so that PoisonAfter does not count it (requeued, it
 		// would come back redelivered).
 		log.Warn("job interrupted by the worker's stop; publishing it again", "error", err)
-		return &settlement{action: actCopy, msg: original(env), op: OpRedelivery, out: out, log: log}
+		return settlement{action: actCopy, msg: original(env), op: OpRedelivery, out: out, log: log}
 	}
 	log.Warn("job interrupted (the worker is stopping or its delivery was lost); returning it to the queue", "error", err)
-	return &settlement{action: actRequeue, out: out, log: log}
+	return settlement{action: actRequeue, out: out, log: log}
 }
 
 // deadLetterOf is the settlement that moves msg to the dead letters.
-func deadLetterOf(log jobLog, msg broker.Message, why DeadLetterCause, reason string, cause error, jc JobContext) *settlement {
-	return &settlement{action: actDeadLetter, msg: msg, reason: reason, log: log,
+func deadLetterOf(log jobLog, msg broker.Message, why DeadLetterCause, reason string, cause error, jc JobContext) settlement {
+	return settlement{action: actDeadLetter, msg: msg, reason: reason, log: log,
 		event: &DeadLetterEvent{Job: jc, Cause: why, Reason: reason, Err: cause},
 		out:   Outcome{Result: DeadLettered, Cause: why, Reason: reason, Err: cause}}
 }
@@ -181,7 +181,14 @@ func (w *Worker) holdNext(s *settlement) error {
 	ttl, _ := broker.HoldTTL(s.delay, w.set.deferGranularity)
 	s.out.PausedUntil = w.clock.Now().Add(ttl)
 	s.log.Info("queue rate limited; pausing it", "until", s.out.PausedUntil, "reason", s.out.Reason)
-	s.reports <- report{notice: true, pauseUntil: s.out.PausedUntil}
+	// Wait for the queue actor to have paused, so that this goroutine's
+	// next task, if it is the queue's, is held back.
+	paused := make(chan struct{})
+	s.reports <- report{notice: true, pauseUntil: s.out.PausedUntil, paused: paused}
+	select {
+	case <-paused:
+	case <-s.ctx.Done():
+	}
 	return nil
 }
 

@@ -25,7 +25,7 @@ func (w *Worker) failedTry(s *settlement, err error) report {
 	s.lastErr = err
 	w.settleFailed(s.log, slog.LevelWarn, s.opName(), err)
 	if s.tries < republishTries {
-		return report{retry: s}
+		return report{retry: s.kept()}
 	}
 	switch s.action {
 	case actHold:
@@ -43,7 +43,15 @@ func (w *Worker) failedTry(s *settlement, err error) report {
 		s.log.Error("could not dead-letter the job; it stays unacked, and its dead letter is tried again for as long as the worker runs",
 			"every", maxRepublishDelay, "tries", s.tries, "error", err)
 	}
-	return report{retry: s}
+	return report{retry: s.kept()}
+}
+
+// kept is s for the queue actor to keep until its next try: a copy on
+// the heap, so that a settlement that goes through the first time (most
+// do) stays on its handler goroutine's stack.
+func (s *settlement) kept() *settlement {
+	c := *s
+	return &c
 }
 
 // republishBackoff is the wait before try tries+1 of a failed publish:

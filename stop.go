@@ -13,9 +13,9 @@ import (
 func (l *queueLoop) stop() error {
 	l.stopTimer()
 	l.stopConsumer()
-	l.giveBack(l.mailbox...)
-	l.mailbox = nil
-	l.waiting.Store(0)
+	l.holdBackTasks()
+	giveBackTasks(l.pool)
+	l.giveBack(l.takeMailbox()...)
 	if l.suspect != nil && !l.suspect.running {
 		l.giveBack(l.suspect.d)
 		l.suspect = nil
@@ -84,9 +84,13 @@ func (l *queueLoop) abandon() {
 // failed is not tried again; its delivery goes back to the broker.
 func (l *queueLoop) reportedAtStop(r report) {
 	if r.notice {
+		close(r.paused)
 		return
 	}
 	l.running--
+	if r.unstarted != nil {
+		l.giveBack(r.unstarted)
+	}
 	if r.retry != nil {
 		l.w.giveUpSettling(r.retry)
 	}

@@ -243,7 +243,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer fail(nil)
 	w.hold = newHoldActor(holder{backend: w.backend, set: w.set, log: w.log, clock: w.clock}, w.concurrency)
 	defer w.hold.Stop()
-	tasks := make(chan task)
+	// A buffer for every delivery the queue actors may hold lets a handler
+	// goroutine that is done take its next task without waiting for its
+	// queue actor to wake.
+	buffer := 0
+	for _, q := range w.queues {
+		buffer += q.prefetch
+	}
+	tasks := make(chan task, buffer)
 	var pool sync.WaitGroup
 	for range w.concurrency {
 		pool.Go(func() { w.serve(tasks) })
@@ -267,7 +274,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // queue actor per consumed queue, each restarted alone when it crashes.
 // They stop in reverse order: the queue actors, which wait for their
 // handlers' holds, before the hold actor.
-func (w *Worker) supervisor(ctx context.Context, fail context.CancelCauseFunc, tasks chan<- task) *supervisor.Supervisor {
+func (w *Worker) supervisor(ctx context.Context, fail context.CancelCauseFunc, tasks chan task) *supervisor.Supervisor {
 	children := []supervisor.Child{{Name: "hold", Run: w.hold.Run, Restart: supervisor.Permanent}}
 	for _, q := range w.queues {
 		a := &queueActor{w: w, q: q, hold: w.hold, pool: tasks, fail: fail, stopping: ctx, waiting: w.waiting[q.Name]}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/rabbitmq"
@@ -29,6 +31,7 @@ type job struct {
 	Work     time.Duration `json:"work,omitempty"`
 	Backoff  time.Duration `json:"backoff,omitempty"`
 	Attempts int           `json:"attempts,omitempty"`
+	Fatal    bool          `json:"fatal,omitempty"`
 }
 
 func (job) Kind() string        { return "job" }
@@ -63,6 +66,12 @@ type rig struct {
 
 func newRig(t *testing.T, q queuey.Queue, opts *rabbitmq.Options) *rig {
 	t.Helper()
+	return newRigWith(t, q, opts, nil)
+}
+
+// newRigWith is newRig with the worker's config changed by configure.
+func newRigWith(t *testing.T, q queuey.Queue, opts *rabbitmq.Options, configure func(*queuey.WorkerConfig)) *rig {
+	t.Helper()
 	r := &rig{t: t, prefix: unique("worker"), changed: make(chan struct{})}
 	t.Cleanup(func() { deletePrefixed(t, r.prefix) })
 	if opts == nil {
@@ -78,10 +87,11 @@ func newRig(t *testing.T, q queuey.Queue, opts *rabbitmq.Options) *rig {
 	if r.producer, err = queuey.NewProducer(t.Context(), r.backend, set, nil); err != nil {
 		t.Fatal(err)
 	}
-	r.worker, err = queuey.NewWorker(r.backend, set, &queuey.WorkerConfig{
-		Concurrency: 1,
-		Logger:      slog.New(slog.DiscardHandler),
-	})
+	wcfg := &queuey.WorkerConfig{Concurrency: 1, Logger: slog.New(slog.DiscardHandler)}
+	if configure != nil {
+		configure(wcfg)
+	}
+	r.worker, err = queuey.NewWorker(r.backend, set, wcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,6 +109,8 @@ func newRig(t *testing.T, q queuey.Queue, opts *rabbitmq.Options) *rig {
 			return queuey.Defer(time.Second, "rate limited")
 		case jc.Attempt <= j.Fail:
 			return fmt.Errorf("%s failed", j.Name)
+		case j.Fatal:
+			return queuey.Fatalf("%s cannot be done", j.Name)
 		}
 		return nil
 	})
@@ -354,6 +366,107 @@ func TestADeletedWorkQueueIsDeclaredAgain(t *testing.T) {
 	if got := names(r.wait(20 * time.Second)); got != "before after" {
 		t.Errorf("runs: got %q, want %q", got, "before after")
 	}
+}
+
+// A hold queue someone else declared with other arguments (a TTL of 5 s
+// where queuey's says 1 s) refuses every deferral and retry held in it.
+// Each job runs once, no earlier than the delay it asked for can come
+// (it never comes: the job is not run again), its hold is tried five
+// times at a growing backoff, and then it is in the dead letters with the
+// broker's refusal for a reason; nothing is left on the queue.
+func TestAHoldQueueDeclaredWithOtherArgumentsEndsInTheDeadLetters(t *testing.T) {
+	r := newRigWith(t, queuey.Queue{Name: "work", Prefetch: 2}, nil, func(c *queuey.WorkerConfig) {
+		c.Concurrency, c.RepublishDelay = 2, 20*time.Millisecond
+	})
+	q := r.prefix + ".work"
+	declareAsAnother(t, broker.HoldQueueName(q, time.Second), amqp.Table{"x-message-ttl": int32(5000)})
+	deferred := r.enqueue(job{Name: "deferred", Defers: 1})
+	retried := r.enqueue(job{Name: "retried", Fail: 1, Attempts: 3, Backoff: time.Second})
+	r.start(2)
+	r.wait(20 * time.Second)
+	dead := readDeadLetters(t, r.backend, q, 2, 30*time.Second)
+	for _, id := range []string{deferred, retried} {
+		if why := dead[id]; !strings.Contains(why, "could not be held") || !strings.Contains(why, "different arguments") {
+			t.Errorf("dead letter of %s: reason %q, want the refused hold", id, why)
+		}
+	}
+	if n := len(r.wait(0)); n != 2 {
+		t.Errorf("%d runs, want 2: each job once", n)
+	}
+	if got := r.worker.SettleFailures(); got != 10 {
+		t.Errorf("settle failures: %d, want 10 (five tries each)", got)
+	}
+	if n, err := r.backend.Depth(t.Context(), q); err != nil || n != 0 {
+		t.Errorf("depth of %s: %d, %v; want 0", q, n, err)
+	}
+}
+
+// A dead-letter queue deleted under a running worker is declared again at
+// the next dead letter, which lands in it; the job ran once.
+func TestADeletedDeadLetterQueueIsDeclaredAgain(t *testing.T) {
+	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 1}, nil)
+	q := r.prefix + ".work"
+	r.start(1)
+	rabbitmqctl(t, "delete_queue", broker.DeadQueueName(q))
+	id := r.enqueue(job{Name: "fatal", Fatal: true})
+	r.wait(20 * time.Second)
+	dead := readDeadLetters(t, r.backend, q, 1, 20*time.Second)
+	if why := dead[id]; !strings.Contains(why, "fatal error") {
+		t.Errorf("dead letter: reason %q, want the job's fatal error", why)
+	}
+	if n := len(r.wait(0)); n != 1 {
+		t.Errorf("%d runs, want 1", n)
+	}
+}
+
+// declareAsAnother declares queue with args through a connection of its own, as
+// another program would.
+func declareAsAnother(t *testing.T, queue string, args amqp.Table) {
+	t.Helper()
+	conn, err := amqp.Dial(rabbittest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, args); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readDeadLetters waits up to within for n dead letters of queue and
+// returns their reasons by message id, acking them.
+func readDeadLetters(t *testing.T, b *rabbitmq.Backend, queue string, n int, within time.Duration) map[string]string {
+	t.Helper()
+	deadline := time.After(within)
+	c, err := b.Consume(t.Context(), broker.DeadQueueName(queue), n)
+	for errors.Is(err, broker.ErrNoQueue) { // not declared again yet
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("no dead-letter queue after %v", within)
+		}
+		c, err = b.Consume(t.Context(), broker.DeadQueueName(queue), n)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Cancel()
+	reasons := map[string]string{}
+	for len(reasons) < n {
+		select {
+		case d := <-c.Deliveries():
+			m := d.Message()
+			reasons[m.ID] = m.Headers[broker.HeaderDeathReason]
+			_ = d.Ack(t.Context())
+		case <-deadline:
+			t.Fatalf("%d of %d dead letters after %v: %v", len(reasons), n, within, reasons)
+		}
+	}
+	return reasons
 }
 
 // A body that is not an envelope is moved to the dead letters verbatim,
