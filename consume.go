@@ -24,7 +24,7 @@ type queueActor struct {
 	pool     chan task               // the worker's handlers: a send waits for room
 	fail     context.CancelCauseFunc // stops the whole worker, for a closed backend
 	stopping context.Context         // ends when the worker starts to stop
-	waiting  *atomic.Int32           // the mailbox's fill, for Worker.Waiting
+	inFlight *atomic.Int32           // the deliveries it holds, for Worker.InFlight
 }
 
 // errConsumerLost reports a consumer that ended on its own.
@@ -47,18 +47,21 @@ type queueLoop struct {
 	handlerCtx     context.Context // outlives ctx: a graceful stop lets handlers finish
 	cancelHandlers context.CancelCauseFunc
 
-	consumer broker.Consumer        // nil between consumers (paused)
-	in       <-chan broker.Delivery // the consumer's deliveries; nil once drained
-	reports  chan report            // from the handlers of this run
-	mailbox  []broker.Delivery      // received, not started (from head on): at most prefetch
-	head     int                    // the oldest in mailbox
-	running  int                    // tasks handed to the pool, not yet reported
-	retries  []*settlement          // settles that failed, each waiting its backoff
-	draining bool                   // the consumer was stopped: for a pause or a suspect
-	holdBack chan struct{}          // closed when a pause or a stop starts: tasks handed out and not started stay so
-	resumeAt time.Time              // paused: when to consume again
-	suspect  *suspect               // a job to run alone (poison.go)
-	offered  int                    // the retry nextTask offered, or -1
+	consumer        broker.Consumer        // nil between consumers (paused)
+	in              <-chan broker.Delivery // the consumer's deliveries; nil once drained
+	reports         chan report            // from the handlers of this run
+	mailbox         []broker.Delivery      // received, not started (from head on): at most prefetch
+	head            int                    // the oldest in mailbox
+	running         int                    // tasks handed to the pool, not yet reported
+	retries         []*settlement          // settles that failed, each waiting its backoff
+	draining        bool                   // the consumer was stopped: for a pause or a suspect
+	holdBack        chan struct{}          // closed when a pause or a stop starts: tasks handed out and not started stay so
+	resumeAt        time.Time              // paused: when to consume again
+	isolating       bool                   // suspects to run alone once drained (poison.go)
+	aloneRunning    bool                   // the pool is running one
+	offered         int                    // the retry nextTask offered, or -1
+	checkedSuspects bool                   // this run looked for suspects once it consumed
+	nextLook        time.Time              // when to look for suspects again (PoisonAfter)
 
 	timer   *clock.Timer
 	timerAt time.Time
@@ -176,6 +179,7 @@ func (l *queueLoop) consume() error {
 	case err == nil:
 		l.consumer, l.in, l.draining, l.resumeAt = c, c.Deliveries(), false, time.Time{}
 		l.holdBack = make(chan struct{})
+		l.lookForSuspects()
 		return nil
 	case errors.Is(err, broker.ErrClosed):
 		a.fail(fmt.Errorf("queue %q: %w", a.q.broker, err))
@@ -199,15 +203,12 @@ func (l *queueLoop) received(d broker.Delivery, ok bool) error {
 	if !ok {
 		return l.consumerEnded()
 	}
-	switch {
-	case l.draining && l.suspect == nil: // a pause: it is not run now
+	if l.draining && !l.isolating { // a pause: it is not run now
 		l.giveBack(d)
-	case l.w.poisonAfter > 0 && l.suspect == nil && isSuspect(d):
-		l.isolate(d)
-	default: // another suspect meanwhile is set aside when its turn comes
-		l.mailbox = append(l.mailbox, d)
-		l.waiting.Store(int32(l.held()))
+		return nil
 	}
+	l.mailbox = append(l.mailbox, d) // run before the suspects, if isolating
+	l.publishInFlight()
 	return nil
 }
 
@@ -240,7 +241,7 @@ func (l *queueLoop) dropStale() {
 		s.finishAs(Requeued)
 	}
 	l.takeMailbox()
-	l.retries, l.suspect = nil, nil
+	l.retries, l.isolating = nil, false
 }
 
 // reported takes a handler's message.
@@ -257,12 +258,17 @@ func (l *queueLoop) reported(r report) {
 		l.giveBack(r.unstarted)
 	}
 	if r.alone {
-		l.suspect = nil
+		l.aloneRunning = false
+		l.isolating = l.isolating && r.ranSuspect // none found: isolation over
+	}
+	if r.suspected && l.w.poisonAfter > 0 {
+		l.isolate()
 	}
 	if r.retry != nil {
 		r.retry.due = l.w.clock.Now().Add(l.w.republishBackoff(r.retry.tries))
 		l.retries = append(l.retries, r.retry)
 	}
+	l.publishInFlight()
 }
 
 // pause stops taking deliveries until at least until: those held and not
@@ -272,10 +278,7 @@ func (l *queueLoop) pause(until time.Time) {
 	if until.After(l.resumeAt) {
 		l.resumeAt = until
 	}
-	if l.suspect != nil && !l.suspect.running {
-		l.giveBack(l.suspect.d)
-		l.suspect = nil
-	}
+	l.isolating = false // the suspects are looked for when it consumes again
 	l.giveBack(l.takeMailbox()...)
 	l.stopConsumer()
 	l.holdBackTasks()
@@ -309,8 +312,8 @@ func (l *queueLoop) afterEvent() error {
 	if !l.draining || l.in != nil || l.running > 0 || l.held() > 0 || len(l.retries) > 0 {
 		return nil
 	}
-	if l.suspect != nil {
-		return nil // its turn: nextTask hands it to the pool
+	if l.isolating || l.aloneRunning {
+		return nil // the suspects' turn: nextTask hands the pool a task to run one
 	}
 	l.consumer.Cancel()
 	l.consumer, l.draining = nil, false
@@ -324,6 +327,10 @@ func (l *queueLoop) afterEvent() error {
 // woke: a retry's backoff or a pause is over.
 func (l *queueLoop) woke() {
 	l.timerAt = time.Time{}
+	if l.consumer != nil && !l.draining && !l.nextLook.IsZero() && !l.nextLook.After(l.w.clock.Now()) {
+		l.checkedSuspects = false
+		l.lookForSuspects()
+	}
 	if l.consumer == nil && !l.resumeAt.IsZero() && !l.resumeAt.After(l.w.clock.Now()) {
 		l.w.log.Info("queue resumed", "queue", l.q.broker)
 		if err := l.consume(); err != nil {
@@ -343,6 +350,9 @@ func (l *queueLoop) timerC() <-chan time.Time {
 	var at time.Time
 	if l.consumer == nil && l.resumeAt.After(now) {
 		at = l.resumeAt
+	}
+	if l.consumer != nil && !l.draining && l.nextLook.After(now) && (at.IsZero() || l.nextLook.Before(at)) {
+		at = l.nextLook
 	}
 	for _, s := range l.retries {
 		if s.due.After(now) && (at.IsZero() || s.due.Before(at)) {
@@ -381,8 +391,8 @@ func (l *queueLoop) nextTask() (task, chan<- task) {
 		t.d = l.mailbox[l.head]
 		return t, l.pool
 	}
-	if l.suspect != nil && !l.suspect.running && l.in == nil && l.running == 0 && len(l.retries) == 0 {
-		t.d, t.alone = l.suspect.d, true
+	if l.isolating && !l.aloneRunning && l.in == nil && l.running == 0 && len(l.retries) == 0 {
+		t.alone = true
 		return t, l.pool
 	}
 	return t, nil
@@ -408,15 +418,17 @@ func (l *queueLoop) started() {
 	switch {
 	case l.offered >= 0:
 		l.retries = append(l.retries[:l.offered], l.retries[l.offered+1:]...)
+		l.publishInFlight()
 	case l.held() > 0:
 		l.mailbox[l.head] = nil
 		l.head++
 		if l.head == len(l.mailbox) {
 			l.mailbox, l.head = l.mailbox[:0], 0
 		}
-		l.waiting.Store(int32(l.held()))
+		l.publishInFlight()
 	default:
-		l.suspect.running = true
+		l.aloneRunning = true
+		l.publishInFlight()
 	}
 }
 
@@ -435,6 +447,13 @@ func errOr(err, or error) error {
 	return or
 }
 
+// publishInFlight publishes, for Worker.InFlight, how many deliveries the
+// actor holds unsettled: in its mailbox, with the pool, or waiting for a
+// settle to be tried again.
+func (l *queueLoop) publishInFlight() {
+	l.inFlight.Store(int32(l.held() + l.running + len(l.retries)))
+}
+
 // held is how many deliveries the mailbox holds.
 func (l *queueLoop) held() int { return len(l.mailbox) - l.head }
 
@@ -442,6 +461,6 @@ func (l *queueLoop) held() int { return len(l.mailbox) - l.head }
 func (l *queueLoop) takeMailbox() []broker.Delivery {
 	ds := l.mailbox[l.head:]
 	l.mailbox, l.head = nil, 0
-	l.waiting.Store(0)
+	l.publishInFlight()
 	return ds
 }

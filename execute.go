@@ -26,10 +26,12 @@ type task struct {
 
 // report is a handler goroutine's message to its queue actor.
 type report struct {
-	pauseUntil time.Time // a handler paused the queue until then (PauseQueue)
-	notice     bool      // only the pause: the task goes on once paused is closed
-	paused     chan<- struct{}
-	alone      bool            // the task was a suspect running alone
+	pauseUntil time.Time       // a handler paused the queue until then (PauseQueue)
+	notice     bool            // only the pause: the task goes on once paused is closed
+	paused     chan<- struct{} // for the notice: closed once the queue actor has paused
+	alone      bool            // the task was to run a suspect alone
+	ranSuspect bool            // and it found one
+	suspected  bool            // a job was moved to the suspects queue: time to run them
 	unstarted  broker.Delivery // the task was not started: the queue actor held it back
 	retry      *settlement     // settling failed: to be tried again after a backoff
 }
@@ -71,18 +73,15 @@ func (w *Worker) perform(t task) report {
 	if t.redo != nil {
 		return w.settle(t.redo)
 	}
+	if t.alone {
+		return w.runSuspect(t)
+	}
 	if t.heldBack() {
 		return report{unstarted: t.d}
 	}
-	if w.poisonAfter > 0 && !t.alone && isSuspect(t.d) {
-		// Another suspect came while one waited to run alone: it goes to
-		// the back of the queue, to run alone in its turn.
-		_ = w.setAside(t.ctx, t.q, t.d)
-		return report{}
-	}
 	s := w.process(t)
 	r := w.settle(&s)
-	r.alone = t.alone
+	r.suspected = s.suspected && r.retry == nil
 	return r
 }
 
@@ -142,7 +141,7 @@ func (w *Worker) execute(ctx context.Context, t task, msg broker.Message, env br
 	env.Queue = t.q.broker // republish where it came from, whatever the body says
 	log := jobLog{l: w.log, id: env.JobID, kind: env.JobType, queue: t.q.broker, attempt: env.Attempt}
 	if w.poisonAfter > 0 && t.d.Redelivered() && !w.givenBack.take(msg.ID) {
-		return w.countRedelivery(log, msg, env, jc)
+		return w.countRedelivery(log, t.q, msg, env, jc, t.alone)
 	}
 	h, ok := w.handlers[env.JobType]
 	if !ok {

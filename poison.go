@@ -8,56 +8,124 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/queuey-go/queuey/broker"
 )
 
 // PoisonAfter (WorkerConfig) finds a job that crashes its worker process.
-// RabbitMQ's classic queues keep no delivery count, so the count travels in
-// the message: a job the broker hands out again unsettled is published
-// again with its count raised (to the back of the queue) and the original
-// acked. That counted copy is a suspect: when it comes, its queue actor
-// stops taking deliveries, lets what it holds run, and runs the suspect
-// alone, so that if it crashes its worker again no bystander is counted
-// with it. A job counted PoisonAfter times is dead-lettered as poison.
+// When a worker dies, every delivery it held comes back redelivered: the
+// one that crashed it, if any, and its bystanders, running or not; the
+// broker cannot say which. So a redelivered job is not counted: it is
+// moved, count unchanged, to the queue's suspects queue
+// (broker.SuspectQueueName), and the worker that moved it runs the
+// suspects one at a time, alone: it stops taking deliveries, lets what it
+// holds run, then takes one suspect (prefetch 1) and runs it at once. A
+// suspect is held only while it runs alone, so a suspect redelivered was
+// running when its worker died: that is counted. RabbitMQ's classic
+// queues keep no delivery count, so the count travels in the message; a
+// job counted PoisonAfter times is dead-lettered as poison.
 
-// headerRedeliveries counts the times a job came back from the broker
-// unsettled (its worker crashed or lost its connection while holding it).
+// headerRedeliveries counts the times a job was running alone when its
+// worker died.
 const headerRedeliveries = "x-queuey-redeliveries"
 
-// suspect is a counted copy a queue actor holds, to run alone.
-type suspect struct {
-	d       broker.Delivery
-	running bool
-}
+// suspectLook is how often a consuming queue actor looks for suspects no
+// worker is running: those of a worker stopped before it ran them.
+const suspectLook = time.Minute
 
-// isSuspect reports a delivery that is the counted copy of a job that came
-// back unsettled: it was in flight when a worker crashed, maybe as the
-// cause, maybe as a bystander.
-func isSuspect(d broker.Delivery) bool {
-	return !d.Redelivered() && d.Message().Headers[headerRedeliveries] != ""
-}
+// suspectWait bounds the wait for a suspect the suspects queue said it had:
+// another worker may have taken it meanwhile.
+const suspectWait = time.Second
 
-// isolate takes the suspect d: the consumer stops, the deliveries it had
-// already sent run first, then d alone (nextTask), then consuming resumes.
-func (l *queueLoop) isolate(d broker.Delivery) {
-	l.suspect = &suspect{d: d}
+// isolate stops taking deliveries so that, once what the queue actor holds
+// has run, the suspects run alone (nextTask hands the pool a task to take
+// one). A pause or a stop comes first.
+func (l *queueLoop) isolate() {
+	if l.consumer == nil || (l.draining && !l.isolating) {
+		return // paused or pausing: the suspects are looked for when it consumes again
+	}
+	l.isolating = true
 	l.stopConsumer()
 }
 
-// countRedelivery settles a delivery the broker hands out again. A job
-// redelivered PoisonAfter times is dead-lettered as poison: it most likely
-// kills its worker. Otherwise the job is published again with the count
-// raised, and the original acked; the copy is what runs.
-func (w *Worker) countRedelivery(log jobLog, msg broker.Message, env broker.Envelope, jc JobContext) settlement {
+// lookForSuspects isolates, once a run of the queue actor consumes, if the
+// suspects queue holds jobs: those a worker that died left behind run
+// first.
+func (l *queueLoop) lookForSuspects() {
+	if l.w.poisonAfter == 0 || l.checkedSuspects {
+		return
+	}
+	l.checkedSuspects = true
+	l.nextLook = l.w.clock.Now().Add(suspectLook)
+	n, err := l.w.backend.Depth(l.ctx, broker.SuspectQueueName(l.q.broker))
+	if err != nil {
+		l.w.log.Warn("could not look for jobs to run alone", "queue", l.q.broker, "error", err)
+	}
+	if n > 0 {
+		l.isolate()
+	}
+}
+
+// runSuspect takes one job from the suspects queue of t's queue, if there
+// is one, and runs it alone: held only while it runs. It reports whether
+// it found one (then the queue actor looks for the next).
+func (w *Worker) runSuspect(t task) report {
+	r := report{alone: true}
+	queue := broker.SuspectQueueName(t.q.broker)
+	if n, err := w.backend.Depth(t.ctx, queue); err != nil || n == 0 {
+		if err != nil {
+			w.log.Warn("could not look for jobs to run alone; looking again when the queue is consumed again", "queue", queue, "error", err)
+		}
+		return r
+	}
+	c, err := w.backend.Consume(t.ctx, queue, 1)
+	if err != nil {
+		w.log.Warn("could not take a job to run alone", "queue", queue, "error", err)
+		return r
+	}
+	defer c.Cancel()
+	timer := w.clock.Timer(suspectWait)
+	defer timer.Stop()
+	select {
+	case d, ok := <-c.Deliveries():
+		if !ok {
+			return r
+		}
+		c.Stop()
+		t.d, t.alone = d, true
+		s := w.process(t)
+		if r = w.settle(&s); r.retry != nil {
+			// The consumer ends with this run: its delivery goes back to
+			// the suspects queue, not counted (it did not crash).
+			w.giveUpSettling(r.retry)
+			r.retry = nil
+		}
+		r.alone, r.ranSuspect = true, true
+	case <-timer.C: // taken by another worker
+	case <-t.ctx.Done():
+	}
+	return r
+}
+
+// countRedelivery settles a delivery the broker hands out again. From the
+// work queue it is a suspect: moved, count unchanged, to the suspects
+// queue. From the suspects queue (alone) it was running alone when its
+// worker died: its count is raised, and at PoisonAfter it is dead-
+// lettered as poison (it most likely kills its worker); below, moved back
+// to the suspects queue.
+func (w *Worker) countRedelivery(log jobLog, q *queueConfig, msg broker.Message, env broker.Envelope, jc JobContext, alone bool) settlement {
 	n, _ := strconv.Atoi(msg.Headers[headerRedeliveries])
-	n++
+	if alone {
+		n++
+	}
 	if n >= w.poisonAfter {
-		log.Error("job came back unsettled too often; dead-lettering it as poison", "redeliveries", n)
+		log.Error("job crashed its worker too often; dead-lettering it as poison", "redeliveries", n)
 		return deadLetterOf(log, original(env), CausePoison,
-			fmt.Sprintf("poison: delivered %d times without being settled; it may crash its worker", n), nil, jc)
+			fmt.Sprintf("poison: its worker died %d times while it ran alone; it may crash its worker", n), nil, jc)
 	}
 	again := original(env)
+	again.Queue = broker.SuspectQueueName(q.broker)
 	// The copy is due when the original was: a stamp is kept, and without
 	// one the copy's enqueued_at is the original's. Back from a hold whose
 	// publisher did not stamp it (a Rust producer), it was due at some
@@ -72,8 +140,12 @@ func (w *Worker) countRedelivery(log jobLog, msg broker.Message, env broker.Enve
 		again.Headers = map[string]string{}
 	}
 	again.Headers[headerRedeliveries] = strconv.Itoa(n)
-	log.Warn("job came back unsettled; counted and published again", "redeliveries", n, "poison_after", w.poisonAfter)
-	return settlement{action: actCopy, msg: again, op: OpRedelivery, log: log, out: Outcome{Result: Requeued}}
+	if alone {
+		log.Warn("job was running alone when its worker died; counted, to run alone again", "redeliveries", n, "poison_after", w.poisonAfter)
+	} else {
+		log.Warn("job came back from a crash; to run alone", "redeliveries", n, "poison_after", w.poisonAfter)
+	}
+	return settlement{action: actCopy, msg: again, op: OpRedelivery, log: log, suspected: true, out: Outcome{Result: Requeued}}
 }
 
 // setAside publishes d again, unchanged, to the back of its queue, and

@@ -76,6 +76,11 @@ func (c *queueConfig) spec() broker.QueueSpec {
 	return broker.QueueSpec{Name: c.broker, MaxPriority: c.maxPriority, Durable: !c.Transient, MessageTTL: c.MessageTTL}
 }
 
+// suspects is the spec of the queue's suspects queue (poison.go).
+func (c *queueConfig) suspects() broker.QueueSpec {
+	return broker.QueueSpec{Name: broker.SuspectQueueName(c.broker), Durable: !c.Transient, Plain: true}
+}
+
 // queueSet is a validated QueueSet.
 type queueSet struct {
 	byName           map[string]*queueConfig // by Queue.Name
@@ -108,12 +113,15 @@ func resolve(set QueueSet) (*queueSet, error) {
 		s.byName[q.Name] = c
 		s.ordered = append(s.ordered, c)
 	}
-	// A queue named as another's dead-letter or hold queue would be
-	// declared with that one's arguments or with its own, never both.
+	// A queue named as another's dead-letter, suspects or hold queue would
+	// be declared with that one's arguments or with its own, never both.
 	for _, c := range s.ordered {
 		for _, o := range s.ordered {
 			if c.broker == broker.DeadQueueName(o.broker) {
 				return nil, fmt.Errorf("%w: queue %q is named as the dead-letter queue of queue %q", ErrInvalidQueue, c.Name, o.Name)
+			}
+			if c.broker == broker.SuspectQueueName(o.broker) {
+				return nil, fmt.Errorf("%w: queue %q is named as the suspects queue (WorkerConfig.PoisonAfter) of queue %q", ErrInvalidQueue, c.Name, o.Name)
 			}
 			if w, _, ok := broker.ParseHoldQueueName(c.broker); ok && w == o.broker {
 				return nil, fmt.Errorf("%w: queue %q is named as a hold queue of queue %q", ErrInvalidQueue, c.Name, o.Name)

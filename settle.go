@@ -28,17 +28,18 @@ const (
 // publish fails, it goes to the queue actor, which hands it to the pool
 // again once its backoff is over: the handler does not run again.
 type settlement struct {
-	action  settleAction
-	msg     broker.Message   // what actHold, actDeadLetter and actCopy publish
-	op      PublishOp        // actHold and actCopy: for the publish hook
-	delay   time.Duration    // actHold: as asked
-	kind    holdKind         // actHold
-	pausing bool             // actHold: a PauseQueue
-	env     broker.Envelope  // actHold: the job as delivered, should it go to the dead letters
-	jc      JobContext       // actHold: as its handler saw it, for the same
-	reason  string           // actDeadLetter
-	event   *DeadLetterEvent // actDeadLetter: for OnDeadLetter, told once
-	out     Outcome
+	action    settleAction
+	msg       broker.Message   // what actHold, actDeadLetter and actCopy publish
+	op        PublishOp        // actHold and actCopy: for the publish hook
+	delay     time.Duration    // actHold: as asked
+	kind      holdKind         // actHold
+	pausing   bool             // actHold: a PauseQueue
+	env       broker.Envelope  // actHold: the job as delivered, should it go to the dead letters
+	jc        JobContext       // actHold: as its handler saw it, for the same
+	reason    string           // actDeadLetter
+	suspected bool             // actCopy: a job moved to the suspects queue, to run alone
+	event     *DeadLetterEvent // actDeadLetter: for OnDeadLetter, told once
+	out       Outcome
 
 	ctx     context.Context // the delivery's, as the Deliver hook gave it
 	d       broker.Delivery

@@ -247,13 +247,13 @@ func TestTheNeighboursOfAPoisonJobAreNotDeadLettered(t *testing.T) {
 			return true
 		}
 		h.WaitFor("all four in flight", inFlight)
-		h.Backend.Disconnect(qAlpha) // the first crash: all four come back redelivered
-		for crash := 2; crash <= 3; crash++ {
+		h.Backend.Disconnect(qAlpha) // the first crash: all four come back redelivered, suspects
+		for crash := 2; crash <= 4; crash++ {
 			h.WaitFor(fmt.Sprintf("run %d of the poison job", crash), func() bool { return len(h.Log.Of(poison)) == crash })
-			if n := h.Backend.InFlight(qAlpha); n != 1 {
-				t.Errorf("crash %d: %d deliveries in flight, want the poison job's alone", crash, n)
+			if n, alone := h.Backend.InFlight(qAlpha), h.Backend.InFlight(qAlpha+".suspects"); n != 0 || alone != 1 {
+				t.Errorf("crash %d: %d deliveries in flight and %d suspects, want the poison job's alone", crash, n, alone)
 			}
-			h.Backend.Disconnect(qAlpha)
+			h.Backend.Disconnect(qAlpha + ".suspects")
 			// Unlike a real crash this leaves the handler running (a job
 			// run alone is not watched for a lost consumer): let it end.
 			h.Advance(10 * time.Second)
@@ -263,17 +263,48 @@ func TestTheNeighboursOfAPoisonJobAreNotDeadLettered(t *testing.T) {
 		if dl := h.Backend.DeadLetters(qAlpha); len(dl) != 1 || dl[0].ID != poison {
 			t.Errorf("dead letters: %d, want only the poison job's", len(dl))
 		}
-		if n := len(h.Log.Of(poison)); n != 3 {
-			t.Errorf("runs of the poison job: got %d, want 3", n)
+		if n := len(h.Log.Of(poison)); n != 4 {
+			t.Errorf("runs of the poison job: got %d, want 4 (among its neighbours, then three times alone)", n)
 		}
 		acked := map[string]bool{}
-		for _, m := range h.Backend.Acked(qAlpha) {
+		for _, m := range h.Backend.Acked(qAlpha + ".suspects") {
 			acked[m.ID] = true
 		}
 		for i, id := range neighbours {
 			if !acked[id] {
 				t.Errorf("neighbour %d never ran to the end (%d runs)", i, len(h.Log.Of(id)))
 			}
+		}
+	})
+}
+
+// PoisonAfter counts only a job that was running alone when its worker
+// died: a crash among queue-mates counts no one (here PoisonAfter 1, which
+// would make poison of the first count), and a suspect waiting its turn in
+// the suspects queue when the worker dies is not counted either.
+func TestOnlyAJobRunningAloneWhenItsWorkerDiesIsCounted(t *testing.T) {
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{PoisonAfter: 1, Concurrency: 2}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		first := mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{plan{Name: "first", Block: 10 * time.Second}}))
+		second := mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{plan{Name: "second", Block: 10 * time.Second}}))
+		h.WaitFor("both running", func() bool { return len(h.Log.Of(first)) == 1 && len(h.Log.Of(second)) == 1 })
+		h.Backend.Disconnect(qAlpha) // a crash with both running: neither is counted
+		h.WaitFor("the first running alone", func() bool { return len(h.Log.Of(first)) == 2 })
+		if dl := h.Backend.DeadLetters(qAlpha); len(dl) != 0 {
+			t.Fatalf("dead letters after a crash among queue-mates: %v, want none", dl)
+		}
+		if held, alone := h.Backend.InFlight(qAlpha), h.Backend.InFlight(qAlpha+".suspects"); held != 0 || alone != 1 {
+			t.Fatalf("the worker holds %d deliveries and %d suspects, want the first alone (the second waits on a queue)", held, alone)
+		}
+		h.Backend.Disconnect(qAlpha + ".suspects") // the worker dies with the first running alone
+		h.Backend.Disconnect(qAlpha)
+		h.Advance(time.Minute)
+		if dl := h.Backend.DeadLetters(qAlpha); len(dl) != 1 || dl[0].ID != first || !strings.HasPrefix(dl[0].Reason, "poison:") {
+			t.Errorf("dead letters: %+v, want the first only, as poison", dl)
+		}
+		if runs := h.Log.Of(second); len(runs) != 2 || h.Backend.AckedCount(qAlpha+".suspects") != 2 {
+			t.Errorf("the second: %d runs, %d suspects acked; want 2 runs (among queue-mates, then alone), 2 acked (it and the poison)", len(runs), h.Backend.AckedCount(qAlpha+".suspects"))
 		}
 	})
 }
@@ -286,7 +317,7 @@ func TestAStopWaitsForAJobRunningAloneUpToTheShutdownTimeout(t *testing.T) {
 		handleAll(t, h.Worker, h.Clock)
 		slow := mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{plan{Name: "slow", Block: time.Hour}}))
 		h.WaitFor("its first run", func() bool { return len(h.Log.Of(slow)) == 1 })
-		h.Backend.Disconnect(qAlpha) // counted: it runs alone next
+		h.Backend.Disconnect(qAlpha) // a suspect: it runs alone next
 		h.WaitFor("its run alone", func() bool { return len(h.Log.Of(slow)) == 2 })
 		h.BeginStop()
 		from := h.Clock.Now()
@@ -342,16 +373,20 @@ func TestAJobThatKeepsCrashingItsWorkerIsDeadLetteredAsPoison(t *testing.T) {
 	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
 		handleAll(t, h.Worker, h.Clock)
 		poison := mustID(t)(h.Producer.Enqueue(t.Context(), betaJob{plan{Name: "poison", Block: 5 * time.Second}}))
-		for crash := range 3 {
+		for crash := range 4 {
 			h.WaitFor(fmt.Sprintf("run %d", crash+1), func() bool { return len(h.Log.Of(poison)) == crash+1 })
-			h.Backend.Disconnect(qBeta)
+			if crash == 0 {
+				h.Backend.Disconnect(qBeta) // among its queue-mates: a suspect, not counted
+			} else {
+				h.Backend.Disconnect(qBeta + ".suspects") // alone: counted
+			}
 		}
 		h.WaitFor("the poison dead letter", func() bool { return len(h.Backend.DeadLetters(qBeta)) == 1 })
-		if dl := h.Backend.DeadLetters(qBeta)[0]; !strings.HasPrefix(dl.Reason, "poison: delivered 3 times") || dl.ID != poison {
+		if dl := h.Backend.DeadLetters(qBeta)[0]; !strings.HasPrefix(dl.Reason, "poison: its worker died 3 times while it ran alone") || dl.ID != poison {
 			t.Errorf("dead letter: %s %q", dl.ID, dl.Reason)
 		}
-		if n := len(h.Log.Of(poison)); n != 3 {
-			t.Errorf("runs of the poison job: got %d, want 3", n)
+		if n := len(h.Log.Of(poison)); n != 4 {
+			t.Errorf("runs of the poison job: got %d, want 4", n)
 		}
 		fine := mustID(t)(h.Producer.Enqueue(t.Context(), betaJob{named("fine")}))
 		h.WaitFor("the next job", func() bool { return len(h.Log.Of(fine)) == 1 })
@@ -377,20 +412,19 @@ func TestASuspectRunningAloneKeepsToTheConcurrency(t *testing.T) {
 		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j soloJob, jc queuey.JobContext) error {
 			return at.run(func() error { return j.run(ctx, h.Clock, jc) })
 		}))
-		publish := func(headers map[string]string) {
+		publish := func(queue string) {
 			env := broker.NewEnvelope("solo_job", "test.solo", json.RawMessage(`{"name":"x","block":1000000000}`), h.Clock.Now())
 			msg, err := env.Message()
 			must(t, err)
-			msg.Headers = headers
+			msg.Queue = queue
 			must(t, h.Backend.Publish(t.Context(), msg))
 		}
-		publish(nil)
-		publish(nil)
-		publish(map[string]string{"x-queuey-redeliveries": "1"}) // the suspect
-		for range 7 {
-			publish(nil)
+		must(t, h.Backend.Declare(t.Context(), broker.QueueSpec{Name: "test.solo.suspects", Durable: true, Plain: true}))
+		publish("test.solo.suspects") // a worker that died left it
+		for range 9 {
+			publish("test.solo")
 		}
-		h.Advance(30 * time.Second) // the isolation: what was pulled with the suspect, then the suspect
+		h.Advance(30 * time.Second) // the isolation: what was pulled before it, then the suspect alone
 		h.Advance(30 * time.Second) // the queue consumed again
 		if h.Log.Len() != 10 || at.peak.Load() != 2 {
 			t.Errorf("got %d runs with at most %d at once, want 10 with at most 2", h.Log.Len(), at.peak.Load())
@@ -409,18 +443,19 @@ func TestASuspectWaitsForLongRunningQueueMates(t *testing.T) {
 		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j soloJob, jc queuey.JobContext) error {
 			return j.run(ctx, h.Clock, jc)
 		}))
-		publish := func(payload string, headers map[string]string) string {
+		publish := func(payload, queue string) string {
 			env := broker.NewEnvelope("solo_job", "test.solo", json.RawMessage(payload), h.Clock.Now())
 			msg, err := env.Message()
 			must(t, err)
-			msg.Headers = headers
+			msg.Queue = queue
 			must(t, h.Backend.Publish(t.Context(), msg))
 			return env.JobID
 		}
-		long := publish(`{"name":"long","block":20000000000}`, nil)
+		long := publish(`{"name":"long","block":80000000000}`, "test.solo")
 		h.Advance(time.Second) // long is running
-		suspect := publish(`{"name":"suspect","block":1000000000}`, map[string]string{"x-queuey-redeliveries": "1"})
-		h.Advance(time.Minute)
+		// Left by a worker stopped before it ran it: found within a minute.
+		suspect := publish(`{"name":"suspect","block":1000000000}`, "test.solo.suspects")
+		h.Advance(2 * time.Minute)
 		if runs := len(h.Log.Of(long)); runs != 1 {
 			t.Errorf("long job: %d runs, want 1 (not cut short for the suspect)", runs)
 		}
@@ -430,8 +465,8 @@ func TestASuspectWaitsForLongRunningQueueMates(t *testing.T) {
 		if dl := h.Backend.DeadLetters("test.solo"); len(dl) != 0 {
 			t.Errorf("dead letters: got %v, want none", dl)
 		}
-		if got := h.Backend.AckedCount("test.solo"); got != 2 {
-			t.Errorf("acked: got %d, want 2", got)
+		if got, alone := h.Backend.AckedCount("test.solo"), h.Backend.AckedCount("test.solo.suspects"); got != 1 || alone != 1 {
+			t.Errorf("acked: got %d and %d suspects, want 1 and 1", got, alone)
 		}
 	})
 }
@@ -447,7 +482,8 @@ func TestAQueueDoesNotConsumeAgainAfterAnIsolationOnceStopping(t *testing.T) {
 		env := broker.NewEnvelope(alphaJob{}.Kind(), qAlpha, json.RawMessage(`{"name":"suspect","block":2000000000}`), h.Clock.Now())
 		msg, err := env.Message()
 		must(t, err)
-		msg.Headers = map[string]string{"x-queuey-redeliveries": "1"}
+		msg.Queue = qAlpha + ".suspects" // left by a worker that died
+		must(t, h.Backend.Declare(t.Context(), broker.QueueSpec{Name: msg.Queue, Durable: true, Plain: true}))
 		must(t, h.Backend.Publish(t.Context(), msg))
 		h.Advance(time.Second) // both run: the suspect alone on alpha
 		h.BeginStop()
@@ -459,8 +495,8 @@ func TestAQueueDoesNotConsumeAgainAfterAnIsolationOnceStopping(t *testing.T) {
 		if got := h.Backend.Pending(qAlpha); got != 1 {
 			t.Errorf("alpha pending during the stop: got %d, want 1 (the late job, untouched)", got)
 		}
-		if got := h.Backend.AckedCount(qAlpha); got != 1 {
-			t.Errorf("alpha acked during the stop: got %d, want 1 (the suspect)", got)
+		if got := h.Backend.AckedCount(qAlpha + ".suspects"); got != 1 {
+			t.Errorf("alpha's suspects acked during the stop: got %d, want 1", got)
 		}
 		must(t, h.Stop())
 	})

@@ -16,10 +16,7 @@ func (l *queueLoop) stop() error {
 	l.holdBackTasks()
 	giveBackTasks(l.pool)
 	l.giveBack(l.takeMailbox()...)
-	if l.suspect != nil && !l.suspect.running {
-		l.giveBack(l.suspect.d)
-		l.suspect = nil
-	}
+	l.isolating = false
 	for _, s := range l.retries {
 		l.w.giveUpSettling(s)
 	}
@@ -28,6 +25,8 @@ func (l *queueLoop) stop() error {
 	if l.consumer != nil {
 		l.consumer.Cancel()
 	}
+	l.running = 0 // what is left was abandoned: the broker has it back
+	l.publishInFlight()
 	return nil
 }
 

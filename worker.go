@@ -48,20 +48,19 @@ type WorkerConfig struct {
 	// settles the job, so keep it quick. A panic in it is logged as an
 	// error; the dead letter goes ahead.
 	OnDeadLetter func(ctx context.Context, dl DeadLetterEvent)
-	// PoisonAfter dead-letters a job the broker has handed out this many
-	// times without it being settled: a job that crashes its worker
-	// process. Each redelivery republishes the job with its count (to the
-	// back of the queue). A counted job runs alone when it comes back: its
-	// queue's consumer stops, what it already holds runs first, then the
-	// job, so that a crash then counts no bystander; only the job that
-	// crashes every time reaches the limit. Deliveries a graceful stop or
-	// a pause gives back unstarted, and jobs a stop cuts short after
-	// ShutdownTimeout, are published again unchanged (to the back of the
-	// queue) and acked rather than requeued, so they are not counted;
-	// nor is a job the worker gave back because it could not publish its
-	// retry, deferral or dead letter, when the worker gets it back (it
-	// remembers the newest 10,000). Those of a lost connection are
-	// counted, as after a crash. Default 0: off.
+	// PoisonAfter dead-letters, as poison, a job that kills its worker
+	// process. The jobs a dead worker held come back together, the
+	// broker cannot say which one killed it, so they are not counted:
+	// they go to the queue's suspects queue (<q>.suspects) and run there
+	// one at a time, alone, the worker taking nothing else meanwhile. A
+	// job that was running alone when its worker died is counted (the
+	// count travels in the message); at PoisonAfter counts it is
+	// dead-lettered. So a job that kills its worker every time goes after
+	// PoisonAfter+1 crashes, and a bystander is counted only if it was
+	// itself running alone. Deliveries a stop or a pause gives back
+	// unstarted, and jobs a stop cuts short, are published again
+	// unchanged and acked rather than requeued, so that they do not come
+	// back as if from a crash. Default 0: off.
 	PoisonAfter int
 	// MaxMessageBytes dead-letters, verbatim and without decoding it, a
 	// delivery whose body is larger (cause CauseTooLarge): a worker need
@@ -103,8 +102,8 @@ type Worker struct {
 	clock       clock.Clock
 	log         *slog.Logger
 
-	hold           *holdActor // set by Run before its queue actors start
-	waiting        map[string]*atomic.Int32
+	hold           *holdActor               // set by Run before its queue actors start
+	inFlight       map[string]*atomic.Int32 // by Queue.Name: Worker.InFlight
 	settleFailures atomic.Uint64
 	abandoned      atomic.Int64 // queues (and handlers of lost consumers) a stop gave up on
 	givenBack      givenBack    // deliveries requeued after a failed republish (PoisonAfter)
@@ -153,7 +152,7 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 		clock:           orRealClock(cfg.Clock),
 		log:             orDefaultLogger(cfg.Logger),
 		handlers:        map[string]handler{},
-		waiting:         map[string]*atomic.Int32{},
+		inFlight:        map[string]*atomic.Int32{},
 	}
 	if len(cfg.Queues) == 0 {
 		w.queues = s.ordered
@@ -169,7 +168,7 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 	}
 	for _, q := range w.queues {
 		w.concurrency += q.prefetch
-		w.waiting[q.Name] = new(atomic.Int32)
+		w.inFlight[q.Name] = new(atomic.Int32)
 	}
 	if cfg.Concurrency > 0 {
 		w.concurrency = cfg.Concurrency
@@ -181,14 +180,15 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 // Concurrency is the cap on handlers running at once.
 func (w *Worker) Concurrency() int { return w.concurrency }
 
-// Waiting is how many deliveries of the queue named name (Queue.Name) the
-// worker holds that no handler has started: the fill of its queue actor's
-// mailbox, at most the queue's prefetch. A queue that stays near its
-// prefetch waits for handlers (Concurrency); one that stays near 0 waits
-// for the broker (a larger prefetch lets more travel at once). It is 0
-// for a queue the worker does not consume.
-func (w *Worker) Waiting(name string) int {
-	if g, ok := w.waiting[name]; ok {
+// InFlight is how many deliveries of the queue named name (Queue.Name)
+// the worker holds unsettled: the fill of its queue actor's mailbox,
+// waiting for a handler, running, or being settled; at most the queue's
+// prefetch. A queue that stays at its prefetch waits for handlers (raise
+// Concurrency, or accept it as backpressure); one that stays well below
+// waits for the broker (a larger prefetch lets more travel at once). It
+// is 0 for a queue the worker does not consume.
+func (w *Worker) InFlight(name string) int {
+	if g, ok := w.inFlight[name]; ok {
 		return int(g.Load())
 	}
 	return 0
@@ -234,6 +234,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	specs := make([]broker.QueueSpec, 0, len(w.queues))
 	for _, q := range w.queues {
 		specs = append(specs, q.spec())
+		if w.poisonAfter > 0 {
+			specs = append(specs, q.suspects())
+		}
 	}
 	if err := w.backend.Declare(ctx, specs...); err != nil {
 		return fmt.Errorf("declare queues: %w", err)
@@ -277,7 +280,7 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) supervisor(ctx context.Context, fail context.CancelCauseFunc, tasks chan task) *supervisor.Supervisor {
 	children := []supervisor.Child{{Name: "hold", Run: w.hold.Run, Restart: supervisor.Permanent}}
 	for _, q := range w.queues {
-		a := &queueActor{w: w, q: q, hold: w.hold, pool: tasks, fail: fail, stopping: ctx, waiting: w.waiting[q.Name]}
+		a := &queueActor{w: w, q: q, hold: w.hold, pool: tasks, fail: fail, stopping: ctx, inFlight: w.inFlight[q.Name]}
 		children = append(children, supervisor.Child{Name: "queue:" + q.broker, Run: a.Run, Restart: supervisor.Permanent})
 	}
 	// A queue actor gives its handlers 2×ShutdownTimeout, and with

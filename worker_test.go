@@ -245,3 +245,30 @@ type pJob struct{ plan }
 
 func (pJob) Kind() string        { return "p_job" }
 func (pJob) Queue() queuey.Queue { return queuey.Queue{Name: "p"} }
+
+// Worker.InFlight is the fill of a queue actor's mailbox: the deliveries
+// it holds unsettled, running or waiting for a handler, up to the queue's
+// prefetch; the backpressure a prefetch and a concurrency are tuned by.
+func TestInFlightIsTheMailboxFill(t *testing.T) {
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Concurrency: 1}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		for range 6 {
+			mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{plan{Block: 10 * time.Second}}))
+		}
+		h.Advance(time.Second)
+		if got := h.Worker.InFlight(alpha.Name); got != alpha.Prefetch {
+			t.Errorf("in flight with one handler busy: %d, want the prefetch (%d)", got, alpha.Prefetch)
+		}
+		if got := h.Backend.InFlight(qAlpha); got != h.Worker.InFlight(alpha.Name) {
+			t.Errorf("the broker counts %d unsettled, the worker %d", got, h.Worker.InFlight(alpha.Name))
+		}
+		h.Advance(time.Minute)
+		if got := h.Worker.InFlight(alpha.Name); got != 0 || h.Log.Len() != 6 {
+			t.Errorf("after every job ran (%d runs): in flight %d, want 0", h.Log.Len(), got)
+		}
+		if got := h.Worker.InFlight("no such queue"); got != 0 {
+			t.Errorf("in flight of a queue not consumed: %d, want 0", got)
+		}
+	})
+}

@@ -99,8 +99,9 @@ func (a *Actor[M]) Send(ctx context.Context, msg M) error {
 // active Run (or the next one) handles them and then returns nil. Stop does
 // not wait for that; wait for Run to return, or cancel its ctx to stop at
 // once and leave the rest unhandled. Once stopped and drained, Run returns
-// nil at once, so supervise an actor that may be stopped as Transient, not
-// Permanent. Stop is idempotent.
+// nil at once, and a supervisor restarts whatever exits: stop an actor
+// once its supervisor has stopped (as the worker does its hold actor).
+// Stop is idempotent.
 func (a *Actor[M]) Stop() { a.mb.Close() }
 
 // CrashError reports that an actor's Receive returned an error or panicked.

@@ -21,8 +21,8 @@ type result[R any] struct {
 	err error
 }
 
-// NewReply returns a Reply ready for one answer.
-func NewReply[R any]() Reply[R] {
+// newReply returns a Reply ready for one answer.
+func newReply[R any]() Reply[R] {
 	return Reply[R]{s: &replyState[R]{ch: make(chan result[R], 1)}}
 }
 
@@ -41,7 +41,7 @@ func (r Reply[R]) Send(v R, err error) {
 // bounds the wait. Send's errors (ErrStopped, ctx) are returned as they are.
 func Ask[M, R any](ctx context.Context, a *Actor[M], build func(Reply[R]) M) (R, error) {
 	var zero R
-	reply := NewReply[R]()
+	reply := newReply[R]()
 	if err := a.Send(ctx, build(reply)); err != nil {
 		return zero, err
 	}

@@ -48,6 +48,10 @@ type QueueSpec struct {
 	Durable bool
 	// MessageTTL, when positive, is the queue-wide x-message-ttl.
 	MessageTTL time.Duration
+	// Plain declares the queue alone, without a dead-letter queue: a
+	// queue a worker keeps for itself (SuspectQueueName), whose dead
+	// letters go to its work queue's.
+	Plain bool
 }
 
 // Message is one publish: an encoded envelope and the properties that mirror

@@ -133,6 +133,13 @@ func DeadQueueName(queue string) string {
 	return queue + DeadSuffix
 }
 
+// SuspectQueueName is the name of the queue where a worker with
+// PoisonAfter keeps the jobs that came back from a crash, to run each
+// alone: queue + ".suspects".
+func SuspectQueueName(queue string) string {
+	return queue + ".suspects"
+}
+
 // HoldQueueName is the name of the hold queue that releases into queue after
 // ttl: queue + ".deferred." + ttl in whole milliseconds. ttl normally comes
 // from HoldTTL and is already whole milliseconds; a fraction rounds up, as in

@@ -3,6 +3,7 @@ package mailbox_test
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/queuey-go/queuey/mailbox"
 )
@@ -13,8 +14,9 @@ func Example() {
 
 	_ = mb.Put(ctx, "job 1")
 	_ = mb.Put(ctx, "job 2")
-	fmt.Println("room for job 3:", mb.TryPut("job 3")) // full: backpressure
-	_ = mb.PutSystem(ctx, "pause")                     // the system lane has its own room
+	full, cancel := context.WithTimeout(ctx, time.Millisecond)
+	defer cancel()
+	fmt.Println("room for job 3:", mb.Put(full, "job 3")) // full: backpressure
 
 	mb.Close()
 	for {
@@ -26,8 +28,7 @@ func Example() {
 		fmt.Println(msg)
 	}
 	// Output:
-	// room for job 3: false
-	// pause
+	// room for job 3: context deadline exceeded
 	// job 1
 	// job 2
 	// mailbox: closed

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
@@ -43,18 +44,22 @@ func TestCapacity(t *testing.T) {
 		{"five", 5, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mb := mailbox.New[int](tc.capacity)
-			if got := mb.Cap(); got != tc.want {
-				t.Errorf("Cap() = %d, want %d", got, tc.want)
-			}
-			for i := range tc.want {
-				if !mb.TryPut(i) {
-					t.Fatalf("TryPut #%d = false, want true", i)
+			synctest.Test(t, func(t *testing.T) {
+				mb := mailbox.New[int](tc.capacity)
+				for i := range tc.want {
+					if err := mb.Put(t.Context(), i); err != nil {
+						t.Fatalf("Put #%d = %v, want nil", i, err)
+					}
 				}
-			}
-			if mb.TryPut(99) {
-				t.Errorf("TryPut on a full mailbox = true, want false")
-			}
+				full, cancel := context.WithTimeout(t.Context(), time.Second)
+				defer cancel()
+				if err := mb.Put(full, 99); !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("Put on a full mailbox = %v, want it to wait until its deadline", err)
+				}
+				if got := mb.Len(); got != tc.want {
+					t.Errorf("Len() = %d, want %d", got, tc.want)
+				}
+			})
 		})
 	}
 }
@@ -102,12 +107,7 @@ func TestBlockedCallReturnsWhenWoken(t *testing.T) {
 			prep func(mb *mailbox.Mailbox[int]) // makes the call block
 			do   func(ctx context.Context, mb *mailbox.Mailbox[int]) error
 		}{
-			{"Put", func(mb *mailbox.Mailbox[int]) { mb.TryPut(0) }, func(ctx context.Context, mb *mailbox.Mailbox[int]) error { return mb.Put(ctx, 1) }},
-			{"PutSystem", func(mb *mailbox.Mailbox[int]) {
-				for range mailbox.SystemCapacity {
-					_ = mb.PutSystem(context.Background(), 0)
-				}
-			}, func(ctx context.Context, mb *mailbox.Mailbox[int]) error { return mb.PutSystem(ctx, 1) }},
+			{"Put", func(mb *mailbox.Mailbox[int]) { _ = mb.Put(context.Background(), 0) }, func(ctx context.Context, mb *mailbox.Mailbox[int]) error { return mb.Put(ctx, 1) }},
 			{"Get", func(*mailbox.Mailbox[int]) {}, func(ctx context.Context, mb *mailbox.Mailbox[int]) error {
 				_, err := mb.Get(ctx)
 				return err
@@ -138,30 +138,11 @@ func TestBlockedCallReturnsWhenWoken(t *testing.T) {
 	}
 }
 
-func TestSystemLaneOvertakes(t *testing.T) {
-	mb := mailbox.New[string](4)
-	ctx := t.Context()
-	for _, v := range []string{"job 1", "job 2"} {
-		if err := mb.Put(ctx, v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := mb.PutSystem(ctx, "pause"); err != nil {
-		t.Fatal(err)
-	}
-	if got := mb.Len(); got != 2 {
-		t.Errorf("Len() = %d, want 2 (system messages are not counted)", got)
-	}
-	if diff := cmp.Diff([]string{"pause", "job 1", "job 2"}, getN(t, mb, 3)); diff != "" {
-		t.Errorf("Get order (-want +got):\n%s", diff)
-	}
-}
-
 func TestGetAfterCloseDrainsThenErrClosed(t *testing.T) {
 	mb := mailbox.New[int](4)
 	ctx := t.Context()
+	_ = mb.Put(ctx, 0)
 	_ = mb.Put(ctx, 1)
-	_ = mb.PutSystem(ctx, 0)
 	_ = mb.Put(ctx, 2)
 	mb.Close()
 	mb.Close() // idempotent
@@ -186,12 +167,6 @@ func TestPutAfterClose(t *testing.T) {
 	if err := mb.Put(cancelled, 1); !errors.Is(err, mailbox.ErrClosed) {
 		t.Errorf("Put with a cancelled ctx = %v, want ErrClosed (closed is checked first)", err)
 	}
-	if err := mb.PutSystem(t.Context(), 1); !errors.Is(err, mailbox.ErrClosed) {
-		t.Errorf("PutSystem = %v, want ErrClosed", err)
-	}
-	if mb.TryPut(1) {
-		t.Errorf("TryPut = true, want false")
-	}
 	if got := mb.Len(); got != 0 {
 		t.Errorf("Len() = %d, want 0", got)
 	}
@@ -206,23 +181,6 @@ func TestCancelledCtxNeverEnqueues(t *testing.T) {
 	}
 	if got := mb.Len(); got != 0 {
 		t.Errorf("Len() = %d, want 0", got)
-	}
-}
-
-func TestDrain(t *testing.T) {
-	mb := mailbox.New[int](4)
-	if got := mb.Drain(); got != nil {
-		t.Errorf("Drain of an empty mailbox = %v, want nil", got)
-	}
-	ctx := t.Context()
-	_ = mb.Put(ctx, 1)
-	_ = mb.Put(ctx, 2)
-	_ = mb.PutSystem(ctx, 0)
-	if diff := cmp.Diff([]int{0, 1, 2}, mb.Drain()); diff != "" {
-		t.Errorf("Drain (-want +got):\n%s", diff)
-	}
-	if got := mb.Len(); got != 0 {
-		t.Errorf("Len() after Drain = %d, want 0", got)
 	}
 }
 

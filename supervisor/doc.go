@@ -1,8 +1,8 @@
 // Package supervisor runs a fixed list of children, each a blocking
-// Run(ctx) error, and restarts them by policy: which children a failure
-// takes down (Strategy), which exits deserve a restart (Restart), how long
-// to wait first (jittered exponential backoff on the injected clock), and
-// when to give up (Intensity restarts within Period), returning an
+// Run(ctx) error, and restarts a child alone whenever it exits (returns an
+// error, returns nil or panics) while the supervisor runs. It waits first
+// (jittered exponential backoff on the injected clock) and gives up when a
+// child needs more than Intensity restarts within Period, returning an
 // *EscalationError so that the parent, usually another supervisor, decides
 // what happens next. A Supervisor's Run has the same shape as a child's, so
 // supervisors nest.

@@ -18,7 +18,7 @@ func Example() {
 	up := make(chan struct{})
 	connect := supervisor.Child{
 		Name:    "connection",
-		Restart: supervisor.Transient,
+		Restart: supervisor.Permanent, // restarted whenever it exits
 		Run: func(ctx context.Context) error {
 			attempts++
 			if attempts < 3 {
@@ -46,13 +46,14 @@ func Example() {
 func Example_escalation() {
 	errRefused := errors.New("connection refused")
 	sup := supervisor.New(supervisor.Spec{
-		Name:      "worker",
-		Intensity: 2,
-		Rand:      func() float64 { return 0 }, // no backoff, for the example
-		Logger:    slog.New(slog.DiscardHandler),
+		Name:       "worker",
+		Intensity:  2,
+		MinBackoff: time.Millisecond, // short backoff, for the example
+		Logger:     slog.New(slog.DiscardHandler),
 	}, supervisor.Child{
-		Name: "queue:emails",
-		Run:  func(context.Context) error { return errRefused },
+		Name:    "queue:emails",
+		Run:     func(context.Context) error { return errRefused },
+		Restart: supervisor.Permanent,
 	})
 
 	err := sup.Run(context.Background()) // returns although ctx never ends

@@ -11,35 +11,14 @@ import (
 	"github.com/benbjohnson/clock"
 )
 
-// Strategy says which children a failure takes down.
-type Strategy int
-
-const (
-	// OneForOne restarts only the child that exited.
-	OneForOne Strategy = iota
-	// RestForOne also stops, in reverse order, the children started after
-	// the one that exited, and restarts them after it: for children that
-	// depend on their earlier siblings, such as actors on a connection.
-	RestForOne
-)
-
-// Restart says which exits of a child call for a restart, while the
-// supervisor runs. A child's exit caused by the supervisor stopping it is
-// never one of them.
+// Restart is a child's restart policy. Permanent is its only value.
 type Restart int
 
-const (
-	// Permanent children are restarted whenever they return, error or not.
-	// A Permanent child that finishes its work and returns nil is restarted
-	// too, and if it keeps doing so it exhausts the intensity: use
-	// Transient for children that may finish.
-	Permanent Restart = iota
-	// Transient children are restarted only when they return an error or panic.
-	Transient
-	// Temporary children are never restarted, not even when RestForOne
-	// stopped them because of an earlier sibling.
-	Temporary
-)
+// Permanent is the only policy: the child is restarted whenever it exits
+// while its supervisor runs, whether it returned an error, returned nil or
+// panicked. A child that keeps returning, even nil, exhausts the intensity.
+// An exit caused by the supervisor stopping the child is not restarted.
+const Permanent Restart = 0
 
 // Child is one supervised unit of work.
 type Child struct {
@@ -49,7 +28,9 @@ type Child struct {
 	// Run does the work until ctx ends and then returns. A panic is
 	// recovered and treated as an error (a *CrashError).
 	Run func(ctx context.Context) error
-	// Restart is the child's policy; the zero value is Permanent.
+	// Restart is the child's policy. Permanent, the zero value, is the only
+	// policy: the child is restarted whenever it exits while its supervisor
+	// runs.
 	Restart Restart
 }
 
@@ -58,8 +39,6 @@ type Child struct {
 type Spec struct {
 	// Name identifies the supervisor in errors and logs.
 	Name string
-	// Strategy decides which children a failure restarts; default OneForOne.
-	Strategy Strategy
 	// Intensity is how many restarts of one child within Period are
 	// tolerated; the next one stops all children and Run returns an
 	// *EscalationError. Default 5.
@@ -82,7 +61,8 @@ type Spec struct {
 	// looked up when Run starts.
 	Logger *slog.Logger
 	// Rand returns the jitter factor in [0, 1]; nil means math/rand/v2's
-	// Float64. It is called from the Run loop only.
+	// Float64. It exists for deterministic tests of the backoff and should
+	// be left nil otherwise. It is called from the Run loop only.
 	Rand func() float64
 }
 
@@ -115,9 +95,6 @@ func (s Spec) withDefaults() Spec {
 func (s Spec) validate(children []Child) error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if s.Strategy != OneForOne && s.Strategy != RestForOne {
-		bad("unknown strategy %d", s.Strategy)
-	}
 	if s.Intensity < 0 {
 		bad("intensity %d is negative", s.Intensity)
 	}
@@ -144,7 +121,7 @@ func (s Spec) validate(children []Child) error {
 		if c.Run == nil {
 			bad("child %q has no Run", c.Name)
 		}
-		if c.Restart < Permanent || c.Restart > Temporary {
+		if c.Restart != Permanent {
 			bad("child %q has unknown restart policy %d", c.Name, c.Restart)
 		}
 	}

@@ -23,8 +23,9 @@ func New(spec Spec, children ...Child) *Supervisor {
 }
 
 // Run starts the children in order, each in its own goroutine with its own
-// ctx (carrying ctx's values; the supervisor cancels it), restarts them by
-// policy, and returns once they have all stopped:
+// ctx (carrying ctx's values; the supervisor cancels it), restarts a child
+// alone, after its backoff, whenever it exits, and returns once they have
+// all stopped:
 //
 //   - nil when ctx ended and every child returned within ShutdownTimeout;
 //   - a *ShutdownError naming the children that did not;
@@ -33,9 +34,7 @@ func New(spec Spec, children ...Child) *Supervisor {
 //   - an error at once if the spec or children are invalid.
 //
 // Children are stopped one at a time in reverse start order. Run returns
-// only when ctx ends or on escalation, even if every child has finished
-// for good (Temporary, or Transient and clean), so that its caller does not
-// mistake "nothing left to do" for a failure.
+// only when ctx ends or on escalation.
 func (s *Supervisor) Run(ctx context.Context) error {
 	spec := s.spec.withDefaults()
 	if err := spec.validate(s.children); err != nil {
@@ -45,7 +44,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		Spec:  spec,
 		slots: make([]slot, len(s.children)),
 		exits: make(chan *instance),
-		due:   make(chan due),
+		due:   make(chan int),
 		quit:  make(chan struct{}),
 	}
 	defer close(r.quit)
@@ -61,10 +60,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 			if err := r.exited(ctx, in); err != nil {
 				return err
 			}
-		case d := <-r.due:
-			if d.gen == r.slots[d.slot].gen && ctx.Err() == nil {
-				r.slots[d.slot].timer = nil
-				r.startFrom(ctx, d.slot)
+		case i := <-r.due:
+			if ctx.Err() == nil {
+				r.slots[i].timer = nil
+				r.start(ctx, i)
 			}
 		}
 	}
@@ -75,19 +74,17 @@ type run struct {
 	Spec
 	slots []slot
 	exits chan *instance // a child's goroutine reports its exit
-	due   chan due       // a backoff timer reports that a restart is due
+	due   chan int       // a backoff timer reports that its child's restart is due
 	quit  chan struct{}  // closed when Run returns, releasing late reporters
 	stuck []string       // children abandoned after ShutdownTimeout
 }
 
 // slot is one child and its current state: running (inst), waiting for its
-// backoff (timer), held for an earlier sibling's restart (held), or down.
+// backoff (timer), or down.
 type slot struct {
 	Child
 	inst     *instance
 	timer    *clock.Timer
-	gen      int // bumped to make an abandoned timer's report stale
-	held     bool
 	restarts []time.Time // within Period, for intensity and backoff
 }
 
@@ -100,15 +97,14 @@ type instance struct {
 	abandon chan struct{} // closed when the loop stops listening for this exit
 }
 
-type due struct{ slot, gen int }
-
+// start runs child i in a new goroutine that reports its exit on r.exits.
 func (r *run) start(ctx context.Context, i int) {
 	sl := &r.slots[i]
 	// The child keeps ctx's values but not its cancellation: the loop
 	// cancels children itself, one at a time, in reverse start order.
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	in := &instance{slot: i, cancel: cancel, done: make(chan struct{}), abandon: make(chan struct{})}
-	sl.inst, sl.held = in, false
+	sl.inst = in
 	name, fn := sl.Name, sl.Run
 	go func() {
 		defer close(in.done)
@@ -131,33 +127,14 @@ func call(ctx context.Context, name string, fn func(context.Context) error) (err
 	return fn(ctx)
 }
 
-// startFrom starts child i and, under RestForOne, the later siblings that
-// were held for it.
-func (r *run) startFrom(ctx context.Context, i int) {
-	r.start(ctx, i)
-	for j := i + 1; j < len(r.slots); j++ {
-		if r.slots[j].held {
-			r.start(ctx, j)
-		}
-	}
-}
-
-// exited applies the policy to a child that returned on its own. It returns
-// a non-nil error when Run must return it.
+// exited handles a child that returned on its own: it restarts it alone
+// after its backoff, or escalates when the child exceeded the intensity. It
+// returns a non-nil error when Run must return it.
 func (r *run) exited(ctx context.Context, in *instance) error {
-	i, sl := in.slot, &r.slots[in.slot]
-	if sl.inst != in {
-		// An instance abandoned after ShutdownTimeout may still report when
-		// it finally returns; its slot has moved on.
-		return nil
-	}
-	sl.inst = nil
+	sl := &r.slots[in.slot]
+	sl.inst = nil // in is current: a stopped instance reports on abandon instead
 	if ctx.Err() != nil {
 		return nil // shutting down; the loop sees ctx next
-	}
-	if sl.Restart == Temporary || (sl.Restart == Transient && in.err == nil) {
-		r.Logger.Info("child exited", "supervisor", r.Name, "child", sl.Name, "error", in.err)
-		return nil
 	}
 
 	now := r.Clock.Now()
@@ -168,52 +145,30 @@ func (r *run) exited(ctx context.Context, in *instance) error {
 		r.Logger.Error("supervisor giving up", "supervisor", r.Name, "error", esc)
 		return r.shutdown(esc)
 	}
+	r.restart(ctx, in.slot, in.err)
+	return nil
+}
 
-	if r.Strategy == RestForOne {
-		for j := len(r.slots) - 1; j > i; j-- {
-			r.hold(j)
-		}
-	}
+// restart logs child i's exit with err and starts it again after its
+// backoff: at once if the delay is zero, else when its timer reports due.
+func (r *run) restart(ctx context.Context, i int, err error) {
+	sl := &r.slots[i]
 	delay := r.backoff(len(sl.restarts))
-	attrs := []any{"supervisor", r.Name, "child", sl.Name, "error", in.err, "delay", delay}
-	if crash := (*CrashError)(nil); errors.As(in.err, &crash) {
+	attrs := []any{"supervisor", r.Name, "child", sl.Name, "error", err, "delay", delay}
+	if crash := (*CrashError)(nil); errors.As(err, &crash) {
 		attrs = append(attrs, "stack", string(crash.Stack))
 	}
 	r.Logger.Warn("restarting child", attrs...)
 	if delay <= 0 {
-		r.startFrom(ctx, i)
-		return nil
+		r.start(ctx, i)
+		return
 	}
-	sl.gen++
-	gen := sl.gen
 	sl.timer = r.Clock.AfterFunc(delay, func() {
 		select {
-		case r.due <- due{i, gen}:
+		case r.due <- i:
 		case <-r.quit:
 		}
 	})
-	return nil
-}
-
-// hold stops child j, running or waiting for its own backoff, so that it
-// restarts after an earlier sibling. Temporary children stay down.
-func (r *run) hold(j int) {
-	sl := &r.slots[j]
-	wanted := sl.held || sl.inst != nil || sl.timer != nil
-	r.cancelTimer(sl)
-	if sl.inst != nil {
-		r.stop(sl)
-	}
-	sl.held = wanted && sl.Restart != Temporary
-}
-
-// cancelTimer abandons a pending restart, if there is one.
-func (r *run) cancelTimer(sl *slot) {
-	if sl.timer != nil {
-		sl.timer.Stop()
-		sl.timer = nil
-		sl.gen++
-	}
 }
 
 // stop cancels a running child and waits up to ShutdownTimeout for it. A
@@ -238,7 +193,10 @@ func (r *run) stop(sl *slot) {
 func (r *run) shutdown(cause error) error {
 	for i := len(r.slots) - 1; i >= 0; i-- {
 		sl := &r.slots[i]
-		r.cancelTimer(sl)
+		if sl.timer != nil {
+			sl.timer.Stop() // a pending restart; a late report finds quit closed
+			sl.timer = nil
+		}
 		if sl.inst != nil {
 			r.stop(sl)
 		}

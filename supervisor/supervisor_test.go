@@ -56,11 +56,11 @@ func (h *harness) spec(s supervisor.Spec) supervisor.Spec {
 	return s
 }
 
-// child returns a child that runs until its ctx ends, or until the test
-// sends it an outcome to return (or panic) with.
-func (h *harness) child(name string, restart supervisor.Restart) (supervisor.Child, chan<- func() error) {
+// child returns a Permanent child that runs until its ctx ends, or until the
+// test sends it an outcome to return (or panic) with.
+func (h *harness) child(name string) (supervisor.Child, chan<- func() error) {
 	kill := make(chan func() error)
-	return supervisor.Child{Name: name, Restart: restart, Run: func(ctx context.Context) error {
+	return supervisor.Child{Name: name, Restart: supervisor.Permanent, Run: func(ctx context.Context) error {
 		h.record(func() { h.start[name]++ })
 		select {
 		case <-ctx.Done():
@@ -129,12 +129,12 @@ func (r running) assertRunning(t *testing.T) {
 	}
 }
 
-func TestOneForOneRestartsOnlyTheCrashedChild(t *testing.T) {
+func TestOnlyTheExitedChildIsRestarted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness()
-		a, _ := h.child("a", supervisor.Permanent)
-		b, killB := h.child("b", supervisor.Permanent)
-		c, _ := h.child("c", supervisor.Permanent)
+		a, _ := h.child("a")
+		b, killB := h.child("b")
+		c, _ := h.child("c")
 		r := start(t, supervisor.New(h.spec(supervisor.Spec{}), a, b, c))
 		h.check(t, map[string]int{"a": 1, "b": 1, "c": 1}, nil)
 
@@ -148,50 +148,25 @@ func TestOneForOneRestartsOnlyTheCrashedChild(t *testing.T) {
 	})
 }
 
-func TestRestForOneRestartsLaterSiblings(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		h := newHarness()
-		a, _ := h.child("a", supervisor.Permanent)
-		b, killB := h.child("b", supervisor.Permanent)
-		c, _ := h.child("c", supervisor.Temporary) // stopped, but never restarted
-		d, _ := h.child("d", supervisor.Transient)
-		r := start(t, supervisor.New(h.spec(supervisor.Spec{Strategy: supervisor.RestForOne}), a, b, c, d))
-
-		killB <- fail
-		h.check(t, map[string]int{"a": 1, "b": 1, "c": 1, "d": 1}, []string{"d", "c"})
-		h.advance(100 * time.Millisecond)
-		h.check(t, map[string]int{"a": 1, "b": 2, "c": 1, "d": 2}, []string{"d", "c"})
-
-		if err := r.stop(); err != nil {
-			t.Errorf("Run = %v, want nil", err)
-		}
-	})
-}
-
-func TestRestartPolicy(t *testing.T) {
+func TestEveryExitIsRestarted(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		restart   supervisor.Restart
 		outcome   func() error
 		wantStart int
 	}{
-		{"permanent returns nil", supervisor.Permanent, finish, 2},
-		{"permanent fails", supervisor.Permanent, fail, 2},
-		{"transient returns nil", supervisor.Transient, finish, 1},
-		{"transient fails", supervisor.Transient, fail, 2},
-		{"transient panics", supervisor.Transient, panicked, 2},
-		{"temporary fails", supervisor.Temporary, fail, 1},
-		{"temporary panics", supervisor.Temporary, panicked, 1},
+		{"returns nil", finish, 2},
+		{"fails", fail, 2},
+		{"panics", panicked, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				h := newHarness()
-				c, kill := h.child("c", tc.restart)
+				c, kill := h.child("c")
 				r := start(t, supervisor.New(h.spec(supervisor.Spec{}), c))
 				kill <- tc.outcome
 				h.advance(time.Hour)
 				h.check(t, map[string]int{"c": tc.wantStart}, nil)
-				r.assertRunning(t) // even with nothing left to run
+				r.assertRunning(t)
 				if err := r.stop(); err != nil {
 					t.Errorf("Run = %v, want nil", err)
 				}
@@ -212,7 +187,7 @@ func TestRestartWaitsTheBackoff(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				h := newHarness()
-				c, kill := h.child("c", supervisor.Permanent)
+				c, kill := h.child("c")
 				r := start(t, supervisor.New(h.spec(supervisor.Spec{
 					MinBackoff: 100 * time.Millisecond,
 					MaxBackoff: 300 * time.Millisecond,
@@ -242,7 +217,7 @@ func TestRestartWaitsTheBackoff(t *testing.T) {
 func TestPendingRestartIsAbandonedWhenCtxEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness()
-		c, kill := h.child("c", supervisor.Permanent)
+		c, kill := h.child("c")
 		r := start(t, supervisor.New(h.spec(supervisor.Spec{}), c))
 		kill <- fail
 		synctest.Wait()
@@ -257,9 +232,9 @@ func TestPendingRestartIsAbandonedWhenCtxEnds(t *testing.T) {
 func TestEscalation(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness()
-		a, _ := h.child("a", supervisor.Permanent)
-		b, killB := h.child("queue:emails", supervisor.Permanent)
-		c, _ := h.child("c", supervisor.Permanent)
+		a, _ := h.child("a")
+		b, killB := h.child("queue:emails")
+		c, _ := h.child("c")
 		r := start(t, supervisor.New(h.spec(supervisor.Spec{
 			Intensity: 2,
 			Rand:      func() float64 { return 0 }, // restart at once
@@ -291,7 +266,7 @@ func TestEscalation(t *testing.T) {
 func TestIntensityCountsOnlyThePeriod(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness()
-		c, kill := h.child("c", supervisor.Permanent)
+		c, kill := h.child("c")
 		r := start(t, supervisor.New(h.spec(supervisor.Spec{
 			Intensity: 1,
 			Period:    time.Minute,
@@ -312,7 +287,7 @@ func TestIntensityCountsOnlyThePeriod(t *testing.T) {
 func TestPanickingChildIsRestartedWithThePanicInItsError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness()
-		c, kill := h.child("c", supervisor.Transient)
+		c, kill := h.child("c")
 		r := start(t, supervisor.New(h.spec(supervisor.Spec{Intensity: 1}), c))
 
 		kill <- panicked
@@ -339,7 +314,7 @@ func TestGracefulStopInReverseOrder(t *testing.T) {
 		h := newHarness()
 		var children []supervisor.Child
 		for _, name := range []string{"a", "b", "c", "d"} {
-			c, _ := h.child(name, supervisor.Permanent)
+			c, _ := h.child(name)
 			children = append(children, c)
 		}
 		r := start(t, supervisor.New(h.spec(supervisor.Spec{}), children...))
@@ -359,7 +334,7 @@ func TestChildThatIgnoresCtxIsReported(t *testing.T) {
 			<-release // ignores ctx until the test lets it go
 			return nil
 		}}
-		b, _ := h.child("b", supervisor.Permanent)
+		b, _ := h.child("b")
 		r := start(t, supervisor.New(h.spec(supervisor.Spec{ShutdownTimeout: 5 * time.Second}), stubborn, b))
 
 		r.cancel()
@@ -396,7 +371,7 @@ func TestInvalidSpec(t *testing.T) {
 		{"duplicate child", supervisor.Spec{}, []supervisor.Child{{Name: "a", Run: ok}, {Name: "a", Run: ok}}, `child name "a" is used twice`},
 		{"nil Run", supervisor.Spec{}, []supervisor.Child{{Name: "a"}}, `child "a" has no Run`},
 		{"unknown restart", supervisor.Spec{}, []supervisor.Child{{Name: "a", Run: ok, Restart: 7}}, "unknown restart policy 7"},
-		{"unknown strategy", supervisor.Spec{Strategy: 3}, nil, "unknown strategy 3"},
+		{"restart other than Permanent", supervisor.Spec{}, []supervisor.Child{{Name: "a", Run: ok, Restart: 1}}, "unknown restart policy 1"},
 		{"negative intensity", supervisor.Spec{Intensity: -1}, nil, "intensity -1 is negative"},
 		{"negative period", supervisor.Spec{Period: -time.Second}, nil, "period -1s is negative"},
 		{"backoff bounds swapped", supervisor.Spec{MinBackoff: time.Minute, MaxBackoff: time.Second}, nil, "min backoff 1m0s exceeds max backoff 1s"},

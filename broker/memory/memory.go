@@ -141,7 +141,7 @@ func (b *Backend) Declare(ctx context.Context, specs ...broker.QueueSpec) error 
 	for _, s := range specs {
 		b.queueLocked(s).declared = true
 		dead := broker.DeadQueueName(s.Name)
-		if _, ok := b.queues[dead]; !ok {
+		if _, ok := b.queues[dead]; !ok && !s.Plain {
 			b.queueLocked(broker.QueueSpec{Name: dead, Durable: true})
 		}
 	}

@@ -775,6 +775,9 @@ func (s *session) declareAll(ctx context.Context, specs []broker.QueueSpec) erro
 		if err := s.declare(ctx, spec.Name, spec.Durable, table(broker.QueueArgs(spec))); err != nil {
 			return err
 		}
+		if spec.Plain {
+			continue
+		}
 		if err := s.declare(ctx, broker.DeadQueueName(spec.Name), true, nil); err != nil {
 			return err
 		}
