@@ -249,13 +249,8 @@ func (l *queueLoop) reported(r report) {
 	if !r.pauseUntil.IsZero() {
 		l.pause(r.pauseUntil)
 	}
-	if r.notice {
-		close(r.paused)
+	if !l.taskDone(r) {
 		return
-	}
-	l.running--
-	if r.unstarted != nil {
-		l.giveBack(r.unstarted)
 	}
 	if r.alone {
 		l.aloneRunning = false
@@ -269,6 +264,22 @@ func (l *queueLoop) reported(r report) {
 		l.retries = append(l.retries, r.retry)
 	}
 	l.publishInFlight()
+}
+
+// taskDone takes what every report says, whatever the loop's state: a
+// pause notice is answered (the pause is taken first); a task's end is
+// counted, and a task that was not started goes back to the broker. It
+// reports whether a task ended.
+func (l *queueLoop) taskDone(r report) bool {
+	if r.notice {
+		close(r.paused)
+		return false
+	}
+	l.running--
+	if r.unstarted != nil {
+		l.giveBack(r.unstarted)
+	}
+	return true
 }
 
 // pause stops taking deliveries until at least until: those held and not

@@ -82,15 +82,7 @@ func (l *queueLoop) abandon() {
 // reportedAtStop takes a handler's message during a stop: a settle that
 // failed is not tried again; its delivery goes back to the broker.
 func (l *queueLoop) reportedAtStop(r report) {
-	if r.notice {
-		close(r.paused)
-		return
-	}
-	l.running--
-	if r.unstarted != nil {
-		l.giveBack(r.unstarted)
-	}
-	if r.retry != nil {
+	if l.taskDone(r) && r.retry != nil {
 		l.w.giveUpSettling(r.retry)
 	}
 }

@@ -1159,16 +1159,7 @@ func TestAPublishHasTheWirePropertiesOfSPEC7(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	conn, err := amqp.Dial(rabbittest.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, ok, err := ch.Get(q, true)
+	d, ok, err := rawChannel(t).Get(q, true)
 	if err != nil || !ok {
 		t.Fatalf("basic.get: %v, %t", err, ok)
 	}

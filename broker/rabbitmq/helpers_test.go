@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/queuey-go/queuey/broker/rabbitmq"
+	"github.com/queuey-go/queuey/broker/rabbitmq/rabbittest"
 )
 
 // unique returns a queue-name prefix no other test uses.
@@ -82,3 +85,19 @@ func deletePrefixed(t *testing.T, prefix string) {
 
 // rabbitmqOptionsFewChannels puts many publishes on each confirm channel.
 var rabbitmqOptionsFewChannels = rabbitmq.Options{PublishChannels: 2}
+
+// rawChannel is a channel of a plain amqp091 connection of the test's
+// own, as another program would have; it is closed when the test ends.
+func rawChannel(t *testing.T) *amqp.Channel {
+	t.Helper()
+	conn, err := amqp.Dial(rabbittest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}

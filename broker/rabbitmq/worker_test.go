@@ -423,16 +423,7 @@ func TestADeletedDeadLetterQueueIsDeclaredAgain(t *testing.T) {
 // another program would.
 func declareAsAnother(t *testing.T, queue string, args amqp.Table) {
 	t.Helper()
-	conn, err := amqp.Dial(rabbittest.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, args); err != nil {
+	if _, err := rawChannel(t).QueueDeclare(queue, true, false, false, false, args); err != nil {
 		t.Fatal(err)
 	}
 }
