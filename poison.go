@@ -17,7 +17,7 @@ import (
 // When a worker dies, every delivery it held comes back redelivered: the
 // one that crashed it, if any, and its bystanders, running or not; the
 // broker cannot say which. So a redelivered job is not counted: it is
-// moved, count unchanged, to the queue's suspects queue
+// moved, uncounted, to the queue's suspects queue
 // (broker.SuspectQueueName), and the worker that moved it runs the
 // suspects one at a time, alone: it stops taking deliveries, lets what it
 // holds run, then takes one suspect (prefetch 1) and runs it at once. A
@@ -109,14 +109,18 @@ func (w *Worker) runSuspect(t task) report {
 }
 
 // countRedelivery settles a delivery the broker hands out again. From the
-// work queue it is a suspect: moved, count unchanged, to the suspects
+// work queue it is a suspect: moved, with a count of 0, to the suspects
 // queue. From the suspects queue (alone) it was running alone when its
 // worker died: its count is raised, and at PoisonAfter it is dead-
 // lettered as poison (it most likely kills its worker); below, moved back
 // to the suspects queue.
 func (w *Worker) countRedelivery(log jobLog, q *queueConfig, msg broker.Message, env broker.Envelope, jc JobContext, alone bool) settlement {
-	n, _ := strconv.Atoi(msg.Headers[headerRedeliveries])
+	// Only the suspects queue's count is read: a job on the work queue
+	// has none (every republish there makes its headers afresh), so one
+	// there is forged, or an old worker's.
+	n := 0
 	if alone {
+		n, _ = strconv.Atoi(msg.Headers[headerRedeliveries])
 		n++
 	}
 	if n >= w.poisonAfter {

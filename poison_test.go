@@ -290,3 +290,28 @@ func TestAQueueDoesNotConsumeAgainAfterAnIsolationOnceStopping(t *testing.T) {
 		must(t, h.Stop())
 	})
 }
+
+// A count on the work queue is not read: every republish there makes its
+// headers afresh, so a job that carries one was forged (or an older
+// worker's). Redelivered after a crash, it is a suspect like any other,
+// not poison at once.
+func TestACountOnTheWorkQueueIsNotRead(t *testing.T) {
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{PoisonAfter: 3, Concurrency: 1}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		env := broker.NewEnvelope(alphaJob{}.Kind(), qAlpha, json.RawMessage(`{"name":"forged","block":1000000000}`), h.Clock.Now())
+		msg, err := env.Message()
+		must(t, err)
+		msg.Headers = map[string]string{"x-queuey-redeliveries": "99"}
+		must(t, h.Backend.Publish(t.Context(), msg))
+		h.WaitFor("its first run", func() bool { return len(h.Log.Of(env.JobID)) == 1 })
+		h.Backend.Disconnect(qAlpha)
+		h.Advance(time.Minute)
+		if dl := h.Backend.DeadLetters(qAlpha); len(dl) != 0 {
+			t.Errorf("dead letters: %v, want none", dl)
+		}
+		if runs := len(h.Log.Of(env.JobID)); runs != 2 || h.Backend.AckedCount(qAlpha+".suspects") != 1 {
+			t.Errorf("%d runs, %d acked as a suspect; want 2 (the second alone) and 1", runs, h.Backend.AckedCount(qAlpha+".suspects"))
+		}
+	})
+}
