@@ -134,7 +134,7 @@ func TestAHoldTheBrokerKeepsRefusingEndsInTheDeadLetters(t *testing.T) {
 func TestADeadLetterIsTriedAgainUntilItGoesThrough(t *testing.T) {
 	opts := &clocktest.Options{WrapBackend: func(b *memory.Backend) broker.Backend {
 		r := &refusingDeadLetters{Backend: b}
-		r.refuse.Store(7)
+		r.refuse.Store(10) // the tenth is 90.5 s after the first at the earliest, 181 s at the latest
 		return r
 	}}
 	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
@@ -144,15 +144,15 @@ func TestADeadLetterIsTriedAgainUntilItGoesThrough(t *testing.T) {
 		if n := h.Backend.InFlight(qBeta); n != 1 || len(h.Backend.DeadLetters(qBeta)) != 0 {
 			t.Fatalf("after a minute of refusals: %d in flight, %d dead letters; want 1 (unacked), 0", n, len(h.Backend.DeadLetters(qBeta)))
 		}
-		h.Advance(2 * time.Minute)
+		h.Advance(3 * time.Minute)
 		if dead := h.Backend.DeadLetters(qBeta); len(dead) != 1 || dead[0].ID != id {
 			t.Fatalf("dead letters: %+v, want the job", dead)
 		}
 		if runs := h.Log.Of(id); len(runs) != 1 {
 			t.Errorf("the handler ran %d times, want once", len(runs))
 		}
-		if got := h.Worker.SettleFailures(); got != 7 {
-			t.Errorf("settle failures: got %d, want 7", got)
+		if got := h.Worker.SettleFailures(); got != 10 {
+			t.Errorf("settle failures: got %d, want 10", got)
 		}
 	})
 }
