@@ -47,21 +47,21 @@ type queueLoop struct {
 	handlerCtx     context.Context // outlives ctx: a graceful stop lets handlers finish
 	cancelHandlers context.CancelCauseFunc
 
-	consumer        broker.Consumer        // nil between consumers (paused)
-	in              <-chan broker.Delivery // the consumer's deliveries; nil once drained
-	reports         chan report            // from the handlers of this run
-	mailbox         []broker.Delivery      // received, not started (from head on): at most prefetch
-	head            int                    // the oldest in mailbox
-	running         int                    // tasks handed to the pool, not yet reported
-	retries         []*settlement          // settles that failed, each waiting its backoff
-	draining        bool                   // the consumer was stopped: for a pause or a suspect
-	holdBack        chan struct{}          // closed when a pause or a stop starts: tasks handed out and not started stay so
-	resumeAt        time.Time              // paused: when to consume again
-	isolating       bool                   // suspects to run alone once drained (poison.go)
-	aloneRunning    bool                   // the pool is running one
-	offered         int                    // the retry nextTask offered, or -1
-	checkedSuspects bool                   // this run looked for suspects once it consumed
-	nextLook        time.Time              // when to look for suspects again (PoisonAfter)
+	consumer     broker.Consumer        // nil between consumers (paused)
+	lease        *consumerLease         // the consumer's: it ends once no settle of its waits
+	in           <-chan broker.Delivery // the consumer's deliveries; nil once drained
+	reports      chan report            // from the handlers of this run
+	mailbox      []broker.Delivery      // received, not started (from head on): at most prefetch
+	head         int                    // the oldest in mailbox
+	running      int                    // tasks handed to the pool, not yet reported
+	retries      []*settlement          // settles that failed, each waiting its backoff
+	draining     bool                   // the consumer was stopped: for a pause or a suspect
+	holdBack     chan struct{}          // closed when a pause or a stop starts: tasks handed out and not started stay so
+	resumeAt     time.Time              // paused: when to consume again
+	isolating    bool                   // suspects to run alone once drained (poison.go)
+	aloneRunning bool                   // the pool is running one
+	offered      int                    // the retry nextTask offered, or -1
+	nextLook     time.Time              // when to look for suspects again (PoisonAfter)
 
 	timer   *clock.Timer
 	timerAt time.Time
@@ -153,13 +153,14 @@ func (l *queueLoop) doReady() (did bool, _ error) {
 	return did, nil
 }
 
-func tryRecv[T any](ch <-chan T) (T, bool) {
+// tryRecv receives from ch if a value is there (ok false when none is, or
+// ch is closed).
+func tryRecv[T any](ch <-chan T) (v T, ok bool) {
 	select {
-	case v := <-ch:
-		return v, true
+	case v, ok = <-ch:
+		return v, ok
 	default:
-		var zero T
-		return zero, false
+		return v, false
 	}
 }
 
@@ -178,6 +179,7 @@ func (l *queueLoop) consume() error {
 	switch {
 	case err == nil:
 		l.consumer, l.in, l.draining, l.resumeAt = c, c.Deliveries(), false, time.Time{}
+		l.lease = &consumerLease{c: c}
 		l.holdBack = make(chan struct{})
 		l.lookForSuspects()
 		return nil
@@ -238,10 +240,15 @@ func (l *queueLoop) dropStale() {
 	l.cancelHandlers(errConsumerLost)
 	l.holdBackTasks()
 	for _, s := range l.retries {
-		s.finishAs(Requeued)
+		if s.lease == l.lease { // lost with the consumer: the broker has it back
+			s.finishAs(Requeued)
+		} else { // a consumer retired alive, which may well be lost too
+			l.w.giveUpSettling(s)
+		}
 	}
 	l.takeMailbox()
 	l.retries, l.isolating = nil, false
+	l.publishInFlight()
 }
 
 // reported takes a handler's message.
@@ -260,10 +267,24 @@ func (l *queueLoop) reported(r report) {
 		l.isolate()
 	}
 	if r.retry != nil {
-		r.retry.due = l.w.clock.Now().Add(l.w.republishBackoff(r.retry.tries))
-		l.retries = append(l.retries, r.retry)
+		l.keepRetry(r.retry)
 	}
 	l.publishInFlight()
+}
+
+// keepRetry keeps a settle that failed until its backoff is over. Its
+// delivery can only be settled on its own consumer, which is leased open
+// until then.
+func (l *queueLoop) keepRetry(s *settlement) {
+	s.due = l.w.clock.Now().Add(l.w.republishBackoff(s.tries))
+	if !s.leased {
+		if s.lease == nil {
+			s.lease = l.lease
+		}
+		s.leased = true
+		s.lease.pending++
+	}
+	l.retries = append(l.retries, s)
 }
 
 // taskDone takes what every report says, whatever the loop's state: a
@@ -279,6 +300,9 @@ func (l *queueLoop) taskDone(r report) bool {
 	if r.unstarted != nil {
 		l.giveBack(r.unstarted)
 	}
+	if r.redone != nil && r.redone.leased {
+		r.redone.lease.release()
+	}
 	return true
 }
 
@@ -290,9 +314,9 @@ func (l *queueLoop) pause(until time.Time) {
 		l.resumeAt = until
 	}
 	l.isolating = false // the suspects are looked for when it consumes again
-	l.giveBack(l.takeMailbox()...)
-	l.stopConsumer()
+	l.stopConsumer()    // first, or what is given back comes straight back
 	l.holdBackTasks()
+	l.giveBack(l.takeMailbox()...)
 }
 
 // holdBackTasks tells the handler goroutines not to start the tasks of
@@ -320,14 +344,18 @@ func (l *queueLoop) stopConsumer() {
 // the suspect alone, then ends the consumer and consumes again, now or
 // once the pause is over.
 func (l *queueLoop) afterEvent() error {
-	if !l.draining || l.in != nil || l.running > 0 || l.held() > 0 || len(l.retries) > 0 {
+	if !l.draining {
+		l.lookWhenDue()
+		return nil
+	}
+	if l.in != nil || l.running > 0 || l.held() > 0 {
 		return nil
 	}
 	if l.isolating || l.aloneRunning {
 		return nil // the suspects' turn: nextTask hands the pool a task to run one
 	}
-	l.consumer.Cancel()
-	l.consumer, l.draining = nil, false
+	l.lease.retire() // ends the consumer once no settle of its waits to be tried again
+	l.consumer, l.lease, l.draining = nil, nil, false
 	if l.resumeAt.After(l.w.clock.Now()) {
 		l.w.log.Info("queue paused", "queue", l.q.broker, "until", l.resumeAt)
 		return nil
@@ -338,10 +366,6 @@ func (l *queueLoop) afterEvent() error {
 // woke: a retry's backoff or a pause is over.
 func (l *queueLoop) woke() {
 	l.timerAt = time.Time{}
-	if l.consumer != nil && !l.draining && !l.nextLook.IsZero() && !l.nextLook.After(l.w.clock.Now()) {
-		l.checkedSuspects = false
-		l.lookForSuspects()
-	}
 	if l.consumer == nil && !l.resumeAt.IsZero() && !l.resumeAt.After(l.w.clock.Now()) {
 		l.w.log.Info("queue resumed", "queue", l.q.broker)
 		if err := l.consume(); err != nil {
@@ -402,7 +426,7 @@ func (l *queueLoop) nextTask() (task, chan<- task) {
 		t.d = l.mailbox[l.head]
 		return t, l.pool
 	}
-	if l.isolating && !l.aloneRunning && l.in == nil && l.running == 0 && len(l.retries) == 0 {
+	if l.isolating && !l.aloneRunning && l.in == nil && l.running == 0 {
 		t.alone = true
 		return t, l.pool
 	}

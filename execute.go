@@ -34,14 +34,20 @@ type report struct {
 	suspected  bool            // a job was moved to the suspects queue: time to run them
 	unstarted  broker.Delivery // the task was not started: the queue actor held it back
 	retry      *settlement     // settling failed: to be tried again after a backoff
+	redone     *settlement     // a settle tried again is over (done, or given up)
 }
 
 // serve is one of the worker's handler goroutines: it performs tasks until
-// the pool's channel is closed. Its queue actor's reports channel has room
+// quit is closed. Its queue actor's reports channel has room
 // for every task it handed out, so the report never waits.
-func (w *Worker) serve(tasks <-chan task) {
-	for t := range tasks {
-		t.reports <- w.perform(t)
+func (w *Worker) serve(tasks <-chan task, quit <-chan struct{}) {
+	for {
+		select {
+		case t := <-tasks:
+			t.reports <- w.perform(t)
+		case <-quit:
+			return
+		}
 	}
 }
 
@@ -62,7 +68,7 @@ func (t task) heldBack() bool {
 func giveBackTasks(pool chan task) {
 	for t, ok := tryRecv(pool); ok; t, ok = tryRecv(pool) {
 		if t.redo == nil {
-			t.reports <- report{unstarted: t.d}
+			t.reports <- report{unstarted: t.d, alone: t.alone}
 		} else {
 			t.reports <- report{retry: t.redo}
 		}
@@ -71,7 +77,12 @@ func giveBackTasks(pool chan task) {
 
 func (w *Worker) perform(t task) report {
 	if t.redo != nil {
-		return w.settle(t.redo)
+		r := w.settle(t.redo)
+		if r.retry == nil {
+			r.redone = t.redo
+			r.suspected = t.redo.suspected
+		}
+		return r
 	}
 	if t.alone {
 		return w.runSuspect(t)

@@ -49,14 +49,21 @@ func (l *queueLoop) isolate() {
 	l.stopConsumer()
 }
 
-// lookForSuspects isolates, once a run of the queue actor consumes, if the
-// suspects queue holds jobs: those a worker that died left behind run
-// first.
+// lookWhenDue looks for suspects once suspectLook has passed since the
+// last look, while the queue is consumed.
+func (l *queueLoop) lookWhenDue() {
+	if l.w.poisonAfter > 0 && l.consumer != nil && !l.nextLook.After(l.w.clock.Now()) {
+		l.lookForSuspects()
+	}
+}
+
+// lookForSuspects isolates if the suspects queue holds jobs: those a worker
+// that died left behind, or a pause kept from running, run first. The
+// queue actor looks whenever it starts consuming, and every suspectLook.
 func (l *queueLoop) lookForSuspects() {
-	if l.w.poisonAfter == 0 || l.checkedSuspects {
+	if l.w.poisonAfter == 0 {
 		return
 	}
-	l.checkedSuspects = true
 	l.nextLook = l.w.clock.Now().Add(suspectLook)
 	n, err := l.w.backend.Depth(l.ctx, broker.SuspectQueueName(l.q.broker))
 	if err != nil {
@@ -84,7 +91,13 @@ func (w *Worker) runSuspect(t task) report {
 		w.log.Warn("could not take a job to run alone", "queue", queue, "error", err)
 		return r
 	}
-	defer c.Cancel()
+	lease := &consumerLease{c: c, retired: true}
+	keep := false // a settle of its delivery is to be tried again: the queue actor ends it
+	defer func() {
+		if !keep {
+			c.Cancel()
+		}
+	}()
 	timer := w.clock.Timer(suspectWait)
 	defer timer.Stop()
 	select {
@@ -96,10 +109,7 @@ func (w *Worker) runSuspect(t task) report {
 		t.d, t.alone = d, true
 		s := w.process(t)
 		if r = w.settle(&s); r.retry != nil {
-			// The consumer ends with this run: its delivery goes back to
-			// the suspects queue, not counted (it did not crash).
-			w.giveUpSettling(r.retry)
-			r.retry = nil
+			r.retry.lease, keep = lease, true // the queue actor keeps it, and the consumer open
 		}
 		r.alone, r.ranSuspect = true, true
 	case <-timer.C: // taken by another worker

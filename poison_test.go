@@ -4,19 +4,25 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
+
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/broker/memory"
 	"github.com/queuey-go/queuey/clocktest"
 )
 
 // Jobs in flight beside a job that crashes its worker come back
-// redelivered with it and are counted too; each counted job then runs
-// alone, so only the one that crashes every time reaches PoisonAfter,
-// after exactly that many crashes, and its neighbours run to the end.
+// redelivered with it, uncounted, and each then runs alone from the
+// suspects queue; only the one that crashes every time is counted, and
+// after PoisonAfter crashes alone (PoisonAfter + 1 in all) it is
+// dead-lettered; its neighbours run to the end.
 func TestTheNeighboursOfAPoisonJobAreNotDeadLettered(t *testing.T) {
 	opts := &clocktest.Options{Worker: queuey.WorkerConfig{PoisonAfter: 3, Concurrency: 4}}
 	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
@@ -97,7 +103,7 @@ func TestOnlyAJobRunningAloneWhenItsWorkerDiesIsCounted(t *testing.T) {
 	})
 }
 
-// A worker stopping while a counted job runs alone waits for it up to
+// A worker stopping while a suspect runs alone waits for it up to
 // ShutdownTimeout, as for any running job, then cancels it.
 func TestAStopWaitsForAJobRunningAloneUpToTheShutdownTimeout(t *testing.T) {
 	opts := &clocktest.Options{Worker: queuey.WorkerConfig{PoisonAfter: 3, Concurrency: 4, ShutdownTimeout: 5 * time.Second}}
@@ -154,8 +160,8 @@ func TestPausesDoNotMakePoison(t *testing.T) {
 }
 
 // A job whose run keeps ending with its consumer lost (a worker crash, as
-// the broker sees it) is dead-lettered as poison after PoisonAfter
-// redeliveries; other jobs keep flowing.
+// the broker sees it) is dead-lettered as poison once it crashed
+// PoisonAfter times running alone; other jobs keep flowing.
 func TestAJobThatKeepsCrashingItsWorkerIsDeadLetteredAsPoison(t *testing.T) {
 	opts := &clocktest.Options{Worker: queuey.WorkerConfig{PoisonAfter: 3, Concurrency: 4}}
 	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
@@ -191,8 +197,8 @@ func (soloJob) Kind() string { return "solo_job" }
 
 func (soloJob) Queue() queuey.Queue { return solo }
 
-// While a suspect of a crash waits to run alone, the deliveries pulled
-// beside it run first, no more of them at once than the concurrency.
+// Before the suspects run alone, the deliveries the queue already holds
+// run first, no more of them at once than the concurrency.
 func TestASuspectRunningAloneKeepsToTheConcurrency(t *testing.T) {
 	set := queuey.QueueSet{Prefix: "test", Queues: []queuey.Queue{solo}}
 	var at atOnce
@@ -221,10 +227,10 @@ func TestASuspectRunningAloneKeepsToTheConcurrency(t *testing.T) {
 	})
 }
 
-// A suspect waits for its queue-mates already running to finish, however
-// long they take, before it runs alone: the shutdown timeout is for a
-// stopping worker, and a suspect run on a cancelled ctx would come back
-// counted once more, closer to poison, without a crash.
+// A suspect waits in the suspects queue for its queue-mates already
+// running to finish, however long they take, before it runs alone: the
+// shutdown timeout is for a stopping worker, and cutting a queue-mate short
+// would run it twice.
 func TestASuspectWaitsForLongRunningQueueMates(t *testing.T) {
 	set := queuey.QueueSet{Prefix: "test", Queues: []queuey.Queue{solo}}
 	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Concurrency: 2, PoisonAfter: 2, ShutdownTimeout: 5 * time.Second}}
@@ -312,6 +318,207 @@ func TestACountOnTheWorkQueueIsNotRead(t *testing.T) {
 		}
 		if runs := len(h.Log.Of(env.JobID)); runs != 2 || h.Backend.AckedCount(qAlpha+".suspects") != 1 {
 			t.Errorf("%d runs, %d acked as a suspect; want 2 (the second alone) and 1", runs, h.Backend.AckedCount(qAlpha+".suspects"))
+		}
+	})
+}
+
+// The once-a-minute look for suspects happens when the queue actor is busy
+// with a flood of jobs as the minute ends (real scheduling, the mock clock
+// outside synctest), not only when it is idle.
+func TestSuspectsAreLookedForOnceAMinuteUnderLoad(t *testing.T) {
+	for _, flood := range []bool{false, true} {
+		t.Run(map[bool]string{false: "idle", true: "busy"}[flood], func(t *testing.T) {
+			mock := clock.NewMock()
+			mock.Set(clocktest.Epoch)
+			b := memory.New(&memory.Options{Clock: mock})
+			defer b.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			log := slog.New(slog.DiscardHandler)
+			p, err := queuey.NewProducer(ctx, b, app, &queuey.ProducerConfig{Clock: mock, Logger: log})
+			must(t, err)
+			w, err := queuey.NewWorker(b, app, &queuey.WorkerConfig{Clock: mock, Logger: log, PoisonAfter: 3, Concurrency: 4})
+			must(t, err)
+			var suspectRan atomic.Bool
+			must(t, queuey.Handle(w, func(ctx context.Context, j alphaJob, jc queuey.JobContext) error {
+				if j.Name == "suspect" {
+					suspectRan.Store(true)
+				}
+				return nil
+			}))
+			must(t, queuey.Handle(w, func(ctx context.Context, j betaJob, jc queuey.JobContext) error { return nil }))
+			must(t, queuey.Handle(w, func(ctx context.Context, j gammaJob, jc queuey.JobContext) error { return nil }))
+			stopped := make(chan error, 1)
+			go func() { stopped <- w.Run(ctx) }()
+			time.Sleep(100 * time.Millisecond) // consuming; first look done (none)
+			env := broker.NewEnvelope(alphaJob{}.Kind(), qAlpha, []byte(`{"name":"suspect"}`), mock.Now())
+			msg, _ := env.Message()
+			msg.Queue = qAlpha + ".suspects"
+			must(t, b.Publish(ctx, msg))
+			var stopFlood atomic.Bool
+			floodDone := make(chan struct{})
+			go func() {
+				defer close(floodDone)
+				for flood && !stopFlood.Load() {
+					_, _ = p.Enqueue(ctx, alphaJob{named("flood")})
+				}
+			}()
+			time.Sleep(200 * time.Millisecond)
+			mock.Add(time.Minute) // the minute's look falls due, the actor busy
+			time.Sleep(200 * time.Millisecond)
+			stopFlood.Store(true)
+			<-floodDone
+			for range 50 {
+				if b.Pending(qAlpha) == 0 && b.InFlight(qAlpha) == 0 {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			for range 10 { // ten more minutes, idle
+				mock.Add(time.Minute)
+				time.Sleep(50 * time.Millisecond)
+			}
+			if !suspectRan.Load() {
+				t.Errorf("the suspect left in %s.suspects never ran in 11 minutes (%d still there)", qAlpha, b.Pending(qAlpha+".suspects"))
+			}
+			cancel()
+			for {
+				select {
+				case err := <-stopped:
+					must(t, err)
+					return
+				case <-time.After(10 * time.Millisecond):
+					mock.Add(time.Second)
+				}
+			}
+		})
+	}
+}
+
+// publishRaw publishes a job of kind to queue (e.g. a suspects queue), as a
+// worker that died would have left it.
+func publishRaw(t *testing.T, h *clocktest.Harness, kind, home, queue, payload string) string {
+	t.Helper()
+	env := broker.NewEnvelope(kind, home, json.RawMessage(payload), h.Clock.Now())
+	msg, err := env.Message()
+	must(t, err)
+	msg.Queue = queue
+	must(t, h.Backend.Publish(t.Context(), msg))
+	return env.JobID
+}
+
+// A suspect that lands while the queue is paused runs once the queue is
+// consumed again.
+func TestSuspectsAreLookedForAfterAPause(t *testing.T) {
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{PoisonAfter: 3, Concurrency: 1}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j betaJob, jc queuey.JobContext) error {
+			if j.Name == "pauser" && jc.Deferrals == 0 {
+				return queuey.PauseQueue(5*time.Minute, "429")
+			}
+			return j.run(ctx, h.Clock, jc)
+		}))
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j alphaJob, jc queuey.JobContext) error { return nil }))
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j gammaJob, jc queuey.JobContext) error { return nil }))
+		h.Advance(time.Second) // consuming: the first look for suspects (none)
+		pauser := mustID(t)(h.Producer.Enqueue(t.Context(), betaJob{named("pauser")}))
+		h.Advance(time.Second) // beta is paused for 5 minutes
+		suspect := publishRaw(t, h, betaJob{}.Kind(), qBeta, qBeta+".suspects", `{"name":"suspect"}`)
+		h.Advance(30 * time.Minute)
+		if n := len(h.Log.Of(pauser)); n != 2 {
+			t.Fatalf("pauser ran %d times, want 2", n)
+		}
+		if n := len(h.Log.Of(suspect)); n != 1 {
+			t.Errorf("the suspect left in %s.suspects ran %d times in 30 minutes, want 1 (looked for 'when it consumes again' and 'once a minute'); %d still waiting",
+				qBeta, n, h.Backend.Pending(qBeta+".suspects"))
+		}
+	})
+}
+
+// A suspect left by another worker is found within a minute.
+func TestSuspectsLeftByAnotherWorkerAreFound(t *testing.T) {
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{PoisonAfter: 3, Concurrency: 1}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		h.Advance(time.Second)
+		suspect := publishRaw(t, h, betaJob{}.Kind(), qBeta, qBeta+".suspects", `{"name":"suspect"}`)
+		h.Advance(30 * time.Minute)
+		if n := len(h.Log.Of(suspect)); n != 1 {
+			t.Errorf("suspect ran %d times, want 1", n)
+		}
+	})
+}
+
+// A suspect run alone whose hold (a deferral) fails once is held again
+// after the backoff, its consumer kept open meanwhile: its handler does
+// not run again before the hour it asked for.
+func TestASuspectWhoseHoldFailsIsNotRunAgain(t *testing.T) {
+	var r *refusingHolds
+	opts := &clocktest.Options{
+		Worker: queuey.WorkerConfig{PoisonAfter: 3, Concurrency: 1},
+		WrapBackend: func(b *memory.Backend) broker.Backend {
+			r = &refusingHolds{Backend: b}
+			r.refuse.Store(1)
+			return r
+		},
+	}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		must(t, h.Backend.Declare(t.Context(), broker.QueueSpec{Name: qBeta + ".suspects", Durable: true, Plain: true}))
+		id := publishRaw(t, h, betaJob{}.Kind(), qBeta, qBeta+".suspects", `{"name":"d","defers":1,"defer_for":3600000000000}`)
+		h.Advance(time.Minute)
+		runs := h.Log.Of(id)
+		if len(runs) != 1 {
+			for _, e := range runs {
+				t.Logf("run at %v deferrals=%d redelivered=%v", e.At.Sub(clocktest.Epoch), e.Deferrals, e.Redelivered)
+			}
+			t.Errorf("a suspect that asked for a 1h deferral ran %d times within a minute, want 1 (a failed publish is not a reason to run the handler again)", len(runs))
+		}
+	})
+}
+
+// The same for a Fatal suspect whose dead letter fails once: it runs once.
+func TestAFatalSuspectWhoseDeadLetterFailsIsNotRunAgain(t *testing.T) {
+	opts := &clocktest.Options{
+		Worker: queuey.WorkerConfig{PoisonAfter: 3, Concurrency: 1},
+		WrapBackend: func(b *memory.Backend) broker.Backend {
+			r := &refusingDeadLetters{Backend: b}
+			r.refuse.Store(1)
+			return r
+		},
+	}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		must(t, h.Backend.Declare(t.Context(), broker.QueueSpec{Name: qBeta + ".suspects", Durable: true, Plain: true}))
+		id := publishRaw(t, h, betaJob{}.Kind(), qBeta, qBeta+".suspects", `{"name":"f","fatal":true}`)
+		h.Advance(time.Minute)
+		if runs := h.Log.Of(id); len(runs) != 1 {
+			t.Errorf("a fatal suspect whose dead letter failed once ran %d times, want 1", len(runs))
+		}
+	})
+}
+
+// A job that came back from a crash, moved to the suspects queue, runs
+// alone even when a queue-mate pauses the queue before its turn: the
+// suspects are looked for again when the queue is consumed again.
+func TestASuspectOfACrashRunsAfterAQueueMatesPause(t *testing.T) {
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{PoisonAfter: 3, Concurrency: 2}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j alphaJob, jc queuey.JobContext) error {
+			if j.Name == "pauser" && jc.Deferrals == 0 {
+				return queuey.PauseQueue(5*time.Minute, "429")
+			}
+			return j.run(ctx, h.Clock, jc)
+		}))
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j betaJob, jc queuey.JobContext) error { return nil }))
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j gammaJob, jc queuey.JobContext) error { return nil }))
+		x := mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{plan{Name: "x", Block: 10 * time.Second}}))
+		h.WaitFor("x running", func() bool { return len(h.Log.Of(x)) == 1 })
+		h.Backend.Disconnect(qAlpha) // x comes back redelivered: a suspect
+		mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{named("pauser")}))
+		h.Advance(30 * time.Minute)
+		if n := len(h.Log.Of(x)); n != 2 {
+			t.Errorf("x ran %d times in 30 minutes, want 2 (then alone); %s.suspects holds %d", n, qAlpha, h.Backend.Pending(qAlpha+".suspects"))
 		}
 	})
 }

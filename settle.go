@@ -48,10 +48,12 @@ type settlement struct {
 	finish  func(Outcome) // the Deliver hook's; called once
 	reports chan<- report // the queue actor's: for the pause notice
 
-	tries   int       // failed publishes so far
-	lastErr error     // the last one's error
-	due     time.Time // when the queue actor hands it out again
-	stuck   bool      // a dead letter past republishTries, said once
+	tries   int            // failed publishes so far
+	lastErr error          // the last one's error
+	due     time.Time      // when the queue actor hands it out again
+	lease   *consumerLease // its delivery's consumer, kept open meanwhile
+	leased  bool           // counted in lease.pending
+	stuck   bool           // a dead letter past republishTries, said once
 }
 
 // decide is the table of SPEC §2: what a handler's result makes of the job.

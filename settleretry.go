@@ -2,6 +2,8 @@ package queuey
 
 import (
 	"fmt"
+
+	"github.com/queuey-go/queuey/broker"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -35,7 +37,7 @@ func (w *Worker) failedTry(s *settlement, err error) report {
 	case actCopy:
 		s.log.Error("could not publish the job again; requeueing it", "tries", s.tries, "error", err)
 		w.givenBack.add(s.d.Message().ID) // it comes back redelivered: no crash to count
-		s.action = actRequeue
+		s.action, s.suspected = actRequeue, false
 		return w.settled(s)
 	}
 	if !s.stuck {
@@ -76,6 +78,40 @@ func (w *Worker) giveUpSettling(s *settlement) {
 	}
 	requeue(s.d, s.log)
 	s.finishAs(Requeued)
+	if s.leased {
+		s.lease.release()
+	}
+}
+
+// consumerLease keeps a consumer open while settles of its deliveries wait
+// to be tried again: a delivery is acked on its own consumer's channel
+// only. The queue actor owns it (runSuspect makes one and hands it over
+// in its report).
+type consumerLease struct {
+	c       broker.Consumer
+	retired bool // nothing more is taken through it
+	pending int  // its deliveries whose settle waits to be tried again
+	ended   bool
+}
+
+// retire takes nothing more through the consumer, and ends it once no
+// settle of its waits.
+func (c *consumerLease) retire() {
+	c.retired = true
+	c.endIfDone()
+}
+
+// release says a settle of the consumer's is over.
+func (c *consumerLease) release() {
+	c.pending--
+	c.endIfDone()
+}
+
+func (c *consumerLease) endIfDone() {
+	if c.retired && c.pending == 0 && !c.ended {
+		c.ended = true
+		c.c.Cancel()
+	}
 }
 
 func (s *settlement) opName() string {

@@ -156,3 +156,44 @@ func TestADeadLetterIsTriedAgainUntilItGoesThrough(t *testing.T) {
 		}
 	})
 }
+
+// A pause (or a run of suspects) ends the consumer it stopped once what it
+// held has run; a dead letter that cannot be published, tried again for as
+// long as the worker runs, keeps only its own consumer open, not the
+// queue stopped. With or without a pause, later jobs run.
+func TestAPauseDoesNotWaitForADeadLetterThatCannotBePublished(t *testing.T) {
+	for _, pause := range []bool{false, true} {
+		t.Run(map[bool]string{false: "no pause", true: "pause"}[pause], func(t *testing.T) {
+			opts := &clocktest.Options{
+				Worker: queuey.WorkerConfig{Concurrency: 4},
+				WrapBackend: func(b *memory.Backend) broker.Backend {
+					r := &refusingDeadLetters{Backend: b}
+					r.refuse.Store(1 << 30) // <q>.dead refuses publishes (e.g. a max-length reject-publish policy)
+					return r
+				},
+			}
+			clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+				must(t, queuey.Handle(h.Worker, func(ctx context.Context, j alphaJob, jc queuey.JobContext) error {
+					if j.Name == "pauser" && jc.Deferrals == 0 {
+						return queuey.PauseQueue(time.Second, "429")
+					}
+					return j.run(ctx, h.Clock, jc)
+				}))
+				must(t, queuey.Handle(h.Worker, func(ctx context.Context, j betaJob, jc queuey.JobContext) error { return nil }))
+				must(t, queuey.Handle(h.Worker, func(ctx context.Context, j gammaJob, jc queuey.JobContext) error { return nil }))
+				mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{plan{Name: "fatal", Fatal: true}}))
+				h.Advance(time.Second)
+				if pause {
+					mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{named("pauser")}))
+					h.Advance(time.Second)
+				}
+				later := mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{named("later")}))
+				h.Advance(10 * time.Minute)
+				if n := len(h.Log.Of(later)); n != 1 {
+					t.Errorf("a job enqueued after a 1s pause ran %d times in 10 minutes, want 1 (alpha pending %d, in flight %d, worker InFlight %d)",
+						n, h.Backend.Pending(qAlpha), h.Backend.InFlight(qAlpha), h.Worker.InFlight("alpha"))
+				}
+			})
+		})
+	}
+}

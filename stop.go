@@ -22,8 +22,8 @@ func (l *queueLoop) stop() error {
 	}
 	l.retries = nil
 	l.waitOut()
-	if l.consumer != nil {
-		l.consumer.Cancel()
+	if l.lease != nil {
+		l.lease.retire()
 	}
 	l.running = 0 // what is left was abandoned: the broker has it back
 	l.publishInFlight()

@@ -253,14 +253,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, q := range w.queues {
 		buffer += q.prefetch
 	}
-	tasks := make(chan task, buffer)
+	tasks, quit := make(chan task, buffer), make(chan struct{})
 	var pool sync.WaitGroup
 	for range w.concurrency {
-		pool.Go(func() { w.serve(tasks) })
+		pool.Go(func() { w.serve(tasks, quit) })
 	}
 	w.log.Info("worker starting", "queues", len(w.queues), "concurrency", w.concurrency, "handlers", len(w.handlers))
 	err := w.supervisor(ctx, fail, tasks).Run(ctx)
-	close(tasks)
+	close(quit) // the pool's channel stays open: a queue actor abandoned by the supervisor may still send
 	w.waitPool(&pool)
 	if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, ctx.Err()) {
 		err = cause
