@@ -52,12 +52,13 @@ type WorkerConfig struct {
 	// process. The jobs a dead worker held come back together, the
 	// broker cannot say which one killed it, so they are not counted:
 	// they go to the queue's suspects queue (<q>.suspects) and run there
-	// one at a time, alone, the worker taking nothing else meanwhile. A
-	// job that was running alone when its worker died is counted (the
-	// count travels in the message); at PoisonAfter counts it is
-	// dead-lettered. So a job that kills its worker every time goes after
-	// PoisonAfter+1 crashes, and a bystander is counted only if it was
-	// itself running alone. Deliveries a stop or a pause gives back
+	// one at a time, alone on their queue: the worker takes none of the
+	// queue's deliveries meanwhile (other queues run on). A job that was
+	// running alone when its worker died is counted (the count travels in
+	// the message); at PoisonAfter counts it is dead-lettered. So a job
+	// that kills its worker every time goes after PoisonAfter+1 crashes,
+	// and a bystander is counted only if it was running alone on its
+	// queue: a crash that another queue's job causes then counts it once. Deliveries a stop or a pause gives back
 	// unstarted, and jobs a stop cuts short, are published again
 	// unchanged and acked rather than requeued, so that they do not come
 	// back as if from a crash. Default 0: off.
@@ -72,7 +73,9 @@ type WorkerConfig struct {
 	// is published again. The wait doubles at each try, up to 30 s, with
 	// jitter; the delivery stays unacked meanwhile and its handler does
 	// not run again. After five tries a hold goes to the dead letters
-	// (cause CauseHoldRefused) and a dead letter goes on being tried.
+	// (cause CauseHoldRefused) and a dead letter goes on being tried. A
+	// worker that stops meanwhile gives the delivery back to the broker,
+	// and it runs again (at least once).
 	// Default DefaultRepublishDelay.
 	RepublishDelay time.Duration
 	// Clock drives timeouts, backoffs and restarts. Default: the real clock.

@@ -161,7 +161,8 @@ type Consumer interface {
 	// channel: Deliveries yields what the broker had already sent and then
 	// closes, and every delivery can still be settled. A stopping worker
 	// gives back what it will not run without having it handed straight
-	// back to itself. Err stays nil.
+	// back to itself. Err stays nil, unless the consumer is lost before
+	// Deliveries closes (then the broker has its deliveries back).
 	Stop()
 	// Cancel ends the consumer. Deliveries not yet settled go back to the
 	// queue, as they do when a broker channel closes.

@@ -104,7 +104,20 @@ func (c *consumer) run(deliveries <-chan amqp.Delivery, closed <-chan *amqp.Erro
 // why the deliveries ended: nil after Cancel, ErrClosed when the backend
 // closed, else the lost connection or channel.
 func (c *consumer) why(closed <-chan *amqp.Error, s *session) error {
-	if c.cancelled.Load() || c.stopped.Load() {
+	if c.cancelled.Load() {
+		return nil
+	}
+	if c.stopped.Load() {
+		// A stop's basic.cancel ends the deliveries too; a channel that
+		// closed with an error meanwhile was lost all the same (amqp091
+		// tells the close listeners before it ends the deliveries).
+		select {
+		case e := <-closed:
+			if e != nil {
+				return fmt.Errorf("%w: consumer of %q: %s", ErrConnectionLost, c.queue, e.Reason)
+			}
+		default:
+		}
 		return nil
 	}
 	s.closeMu.Lock()
