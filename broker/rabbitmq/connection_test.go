@@ -1182,3 +1182,37 @@ func TestAPublishHasTheWirePropertiesOfSPEC7(t *testing.T) {
 		t.Errorf("body: got %s, want %s", d.Body, msg.Body)
 	}
 }
+
+// A consumer whose connection is lost while it is being stopped reports
+// the loss, as one lost before its stop does: the broker has its
+// deliveries back, and a worker that took the end for its own stop would
+// let its handlers run on jobs that run again elsewhere.
+func TestAConsumerLostWhileItIsStoppedReportsTheLoss(t *testing.T) {
+	proxy, b, q := throughProxy(t, "lost-while-stopping")
+	c, err := b.Consume(t.Context(), q, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Cancel()
+	if err := b.Publish(t.Context(), broker.Message{Queue: q, ID: broker.NewJobID(), Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Deliveries(): // held, unacked
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery")
+	}
+	unmute := proxy.mute() // the broker's answer to the stop never comes
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		c.Stop()
+	}()
+	unmute() // and then the connection is cut
+	for range c.Deliveries() {
+	}
+	<-stopped
+	if err := c.Err(); !errors.Is(err, rabbitmq.ErrConnectionLost) {
+		t.Errorf("Err after a loss during the stop = %v, want ErrConnectionLost", err)
+	}
+}
