@@ -92,8 +92,14 @@ func (a *queueActor) Run(ctx context.Context) error {
 // ended reports whether the worker is stopping or Run's ctx ended.
 func (l *queueLoop) ended() bool { return l.stopping.Err() != nil || l.ctx.Err() != nil }
 
-// step reacts to what is ready, or else waits for one message.
+// step reacts to what is ready, or else waits for one message. A stop
+// comes first: under a flood something is always ready.
 func (l *queueLoop) step() (done bool, _ error) {
+	select {
+	case <-l.done:
+		return true, l.stop()
+	default:
+	}
 	did, err := l.doReady()
 	if err != nil {
 		return true, err
@@ -381,6 +387,9 @@ func (l *queueLoop) woke() {
 // timer is set in the past, which a mock clock fires only after a pause
 // of its own.
 func (l *queueLoop) timerC() <-chan time.Time {
+	if l.consumer != nil && len(l.retries) == 0 && l.nextLook.IsZero() {
+		return nil // consuming, nothing to wait for: the common case, without reading the clock
+	}
 	now := l.w.clock.Now()
 	var at time.Time
 	if l.consumer == nil && l.resumeAt.After(now) {

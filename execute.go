@@ -84,11 +84,11 @@ func (w *Worker) perform(t task) report {
 		}
 		return r
 	}
+	if t.heldBack() {
+		return report{unstarted: t.d, alone: t.alone}
+	}
 	if t.alone {
 		return w.runSuspect(t)
-	}
-	if t.heldBack() {
-		return report{unstarted: t.d}
 	}
 	s := w.process(t)
 	r := w.settle(&s)
