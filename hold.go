@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/queuey-go/queuey/actor"
 	"github.com/queuey-go/queuey/broker"
@@ -71,8 +72,8 @@ func (h holder) hold(ctx context.Context, msg broker.Message, d time.Duration, k
 type holdActor struct {
 	holder
 	inbox     *actor.Actor[holdRequest]
-	slots     chan struct{}  // one per publish in flight: their bound
-	publishes sync.WaitGroup // the publishes in flight; Run waits for them
+	slots     *semaphore.Weighted // one per publish in flight: their bound
+	publishes sync.WaitGroup      // the publishes in flight; Run waits for them
 }
 
 // holdRequest asks the hold actor to hold msg for delay. ctx is the
@@ -88,7 +89,7 @@ type holdRequest struct {
 // newHoldActor returns a hold actor with up to inFlight publishes at once
 // (below 1 means 1); a request beyond them waits in its mailbox.
 func newHoldActor(h holder, inFlight int) *holdActor {
-	a := &holdActor{holder: h, slots: make(chan struct{}, max(inFlight, 1))}
+	a := &holdActor{holder: h, slots: semaphore.NewWeighted(int64(max(inFlight, 1)))}
 	a.inbox = actor.New("hold", max(inFlight, 1), a.receive)
 	return a
 }
@@ -104,19 +105,16 @@ func (a *holdActor) Run(ctx context.Context) error {
 func (a *holdActor) Stop() { a.inbox.Stop() }
 
 // receive starts req's publish once a slot is free, and goes on to the
-// next request without waiting for the confirm.
-func (a *holdActor) receive(ctx context.Context, req holdRequest) error {
-	select {
-	case a.slots <- struct{}{}:
-	case <-ctx.Done():
-		req.reply.Send(struct{}{}, ctx.Err())
-		return nil
-	case <-req.ctx.Done():
-		req.reply.Send(struct{}{}, req.ctx.Err())
+// next request without waiting for the confirm. The wait for a slot ends
+// with the asker's ctx; the actor's own ends only once the queue actors,
+// the askers, have stopped.
+func (a *holdActor) receive(_ context.Context, req holdRequest) error {
+	if err := a.slots.Acquire(req.ctx, 1); err != nil {
+		req.reply.Send(struct{}{}, err)
 		return nil
 	}
 	a.publishes.Go(func() {
-		defer func() { <-a.slots }()
+		defer a.slots.Release(1)
 		req.reply.Send(struct{}{}, a.hold(req.ctx, req.msg, req.delay, req.kind))
 	})
 	return nil

@@ -58,10 +58,11 @@ type WorkerConfig struct {
 	// the message); at PoisonAfter counts it is dead-lettered. So a job
 	// that kills its worker every time goes after PoisonAfter+1 crashes,
 	// and a bystander is counted only if it was running alone on its
-	// queue: a crash that another queue's job causes then counts it once. Deliveries a stop or a pause gives back
-	// unstarted, and jobs a stop cuts short, are published again
-	// unchanged and acked rather than requeued, so that they do not come
-	// back as if from a crash. Default 0: off.
+	// queue: a crash that another queue's job causes then counts it once.
+	// Deliveries a stop or a pause gives back unstarted, and jobs a stop
+	// cuts short, are published again unchanged and acked rather than
+	// requeued, so that they do not come back as if from a crash.
+	// Default 0: off.
 	PoisonAfter int
 	// MaxMessageBytes dead-letters, verbatim and without decoding it, a
 	// delivery whose body is larger (cause CauseTooLarge): a worker need
