@@ -161,7 +161,8 @@ func TestAJobTimeoutIsRetryable(t *testing.T) {
 }
 
 // A run that outlives its job timeout failed, whatever its handler then
-// returns on the cancelled ctx (SPEC §2: +1 attempt, the policy decides):
+// returns on the cancelled ctx (ARCHITECTURE.md §1: +1 attempt, the
+// policy decides):
 // a Fatal or a Defer built from the ctx's error is a retry too. A handler
 // that returns nil finished its work: that is taken at its word.
 func TestAJobTimeoutIsARetryWhateverTheHandlerThenReturns(t *testing.T) {

@@ -48,7 +48,7 @@ func (a *fakeAPI) counts() (ok, limited int) {
 	return a.ok, a.limited
 }
 
-// The queue-level pause of SPEC §11: 50 jobs against an API that allows 5
+// The queue-level pause (PauseQueue): 50 jobs against an API that allows 5
 // calls a second. Pausing the queue on a 429 keeps the wasted calls to at
 // most the prefetch per limited second, where deferring each job alone
 // lets the whole backlog hit the limit again and again. No job spends an

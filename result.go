@@ -103,7 +103,7 @@ const (
 // classify reads a handler's result. For a deferral it also returns the
 // delay and reason, and whether the queue pauses. A run past its job
 // timeout is a retry whatever the handler then returned (a Fatal or a
-// Defer reached on the cancelled ctx): SPEC §2.
+// Defer reached on the cancelled ctx): ARCHITECTURE.md §1.
 func classify(err error) (outcome, *DeferError, bool) {
 	if err == nil {
 		return outcomeSuccess, nil, false

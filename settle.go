@@ -11,8 +11,8 @@ import (
 )
 
 // settleAction is what telling the broker an outcome takes. Every action
-// but actRequeue ends in an ack once its publish is confirmed (SPEC §2:
-// published and confirmed first, then the original acked).
+// but actRequeue ends in an ack once its publish is confirmed: published
+// and confirmed first, then the original acked (ARCHITECTURE.md §1).
 type settleAction int
 
 const (
@@ -56,7 +56,8 @@ type settlement struct {
 	stuck   bool           // a dead letter past republishTries, said once
 }
 
-// decide is the table of SPEC §2: what a handler's result makes of the job.
+// decide is the table of ARCHITECTURE.md §1 ("What a handler's result
+// does"): what a handler's result makes of the job.
 func (w *Worker) decide(ctx context.Context, q *queueConfig, log jobLog, env broker.Envelope, jc JobContext, policy RetryPolicy, err error) settlement {
 	if err != nil && ctx.Err() != nil {
 		return w.interrupted(ctx, log, env, err)

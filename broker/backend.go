@@ -55,7 +55,7 @@ type QueueSpec struct {
 }
 
 // Message is one publish: an encoded envelope and the properties that mirror
-// it on the wire (SPEC §7).
+// it on the wire (ARCHITECTURE.md §1, "Wire format").
 type Message struct {
 	// Queue is the work queue the message is for (never a hold or dead queue).
 	Queue string

@@ -1136,12 +1136,12 @@ func TestFormattingABackendNeverShowsThePassword(t *testing.T) {
 	}
 }
 
-// TestAPublishHasTheWirePropertiesOfSPEC7: read back raw, a message carries
+// TestAPublishHasTheWireProperties: read back raw, a message carries
 // what the Rust crate and any AMQP tool expect: content type
 // application/json, persistent, message id = job id, type = kind, its
 // priority and correlation id, and the x-attempt and x-deferrals headers
 // as unsigned 32-bit integers (AMQP long-uint, as the Rust crate sends).
-func TestAPublishHasTheWirePropertiesOfSPEC7(t *testing.T) {
+func TestAPublishHasTheWireProperties(t *testing.T) {
 	b := rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
 	defer b.Close()
 	q := unique("wire") + ".work"

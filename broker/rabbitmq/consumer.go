@@ -219,9 +219,9 @@ func (d *delivery) settleErr(err error) error {
 }
 
 // message reads a delivery back into a broker.Message: the properties of
-// SPEC §7, and the string form of the other headers, without the ones the
-// broker adds on dead-lettering (x-death and friends; x-death says the
-// message came back from a hold queue).
+// ARCHITECTURE.md §1 ("Wire format"), and the string form of the other
+// headers, without the ones the broker adds on dead-lettering (x-death
+// and friends; x-death says the message came back from a hold queue).
 func message(queue string, d amqp.Delivery) broker.Message {
 	m := broker.Message{
 		Queue:         queue,

@@ -1,9 +1,10 @@
 // Package rabbitmq is the RabbitMQ backend, on github.com/rabbitmq/amqp091-go.
 //
-// Topology (SPEC §5-6): each work queue <q> is declared with x-max-priority,
-// next to <q>.dead; every wait is a hold queue <q>.deferred.<ttl_ms> whose
-// messages dead-letter back to <q> through the default exchange when their
-// TTL ends. Every publish goes through the default exchange, mandatory and
+// Topology (ARCHITECTURE.md §1, "Waiting" and "RabbitMQ"): each work
+// queue <q> is declared with x-max-priority, next to <q>.dead (and, with
+// PoisonAfter, <q>.suspects); every wait is a hold queue
+// <q>.deferred.<ttl_ms> whose messages dead-letter back to <q> through the
+// default exchange when their TTL ends. Every publish goes through the default exchange, mandatory and
 // persistent, and returns only once the broker confirmed it; a message the
 // broker returned as unroutable is an error, never a success.
 //

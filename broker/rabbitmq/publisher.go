@@ -216,9 +216,10 @@ func (p *publisher) wait(ctx context.Context, queue string, confirmed <-chan err
 	}
 }
 
-// publishing is msg on the wire (SPEC §7): JSON, persistent, message id =
-// job id, type = kind, priority, x-attempt and x-deferrals headers, the due
-// time (broker.HeaderDue) when set, plus msg's own headers and extra.
+// publishing is msg on the wire (ARCHITECTURE.md §1, "Wire format"):
+// JSON, persistent, message id = job id, type = kind, priority, x-attempt
+// and x-deferrals headers, the due time (broker.HeaderDue) when set, plus
+// msg's own headers and extra.
 func publishing(msg broker.Message, extra amqp.Table) amqp.Publishing {
 	headers := amqp.Table{
 		broker.HeaderAttempt:   msg.Attempt,

@@ -25,7 +25,8 @@ type plainJob struct{}
 func (plainJob) Kind() string        { return "plain" }
 func (plainJob) Queue() queuey.Queue { return queuey.Queue{Name: "plain"} }
 
-// The topology of SPEC §5, read back from the broker itself.
+// The topology of ARCHITECTURE.md §1 ("Waiting: hold queues"), read back
+// from the broker itself.
 func TestTopologyReadBackFromTheBroker(t *testing.T) {
 	prefix := unique("topo")
 	t.Cleanup(func() { deletePrefixed(t, prefix) })

@@ -290,7 +290,7 @@ func (t *tour) trace(ctx context.Context, jc queuey.JobContext, next func(contex
 	return err
 }
 
-// outcome says what the worker does with a handler's result (SPEC §2).
+// outcome says what the worker does with a handler's result (ARCHITECTURE.md §1).
 func outcome(err error, jc queuey.JobContext) string {
 	var deferred *queuey.DeferError
 	var fatal *queuey.FatalError
