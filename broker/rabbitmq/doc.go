@@ -4,9 +4,10 @@
 // queue <q> is declared with x-max-priority, next to <q>.dead (and, with
 // PoisonAfter, <q>.suspects); every wait is a hold queue
 // <q>.deferred.<ttl_ms> whose messages dead-letter back to <q> through the
-// default exchange when their TTL ends. Every publish goes through the default exchange, mandatory and
-// persistent, and returns only once the broker confirmed it; a message the
-// broker returned as unroutable is an error, never a success.
+// default exchange when their TTL ends. Every publish goes through the
+// default exchange, mandatory and persistent, and returns only once the
+// broker confirmed it; a message the broker returned as unroutable is an
+// error, never a success.
 //
 // The backend owns up to two connections: one that publishes and declares,
 // opened by Dial, and one for the consumers, opened by the first Consume.
