@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// DESIGN.md's boundaries: only broker/rabbitmq speaks AMQP, only trace
+// ARCHITECTURE.md §2's boundaries: only broker/rabbitmq speaks AMQP, only trace
 // imports OpenTelemetry, and the runtime packages import neither. Programs
 // (examples, cmd, bench), tests and an owner's own subpackages (its test
 // support, broker/rabbitmq/rabbittest) may use what they need.

@@ -10,7 +10,7 @@ import (
 )
 
 // TestImportsStayInBounds keeps the runtime packages free of broker and
-// telemetry code (DESIGN.md, "Boundaries to keep"): outside the standard
+// telemetry code (ARCHITECTURE.md §2, "Boundaries"): outside the standard
 // library, only the listed imports are allowed.
 func TestImportsStayInBounds(t *testing.T) {
 	allowed := map[string]bool{}
