@@ -407,19 +407,28 @@ func publishRaw(t *testing.T, h *clocktest.Harness, kind, home, queue, payload s
 	return env.JobID
 }
 
+// handlePausing registers the plan-driven handlers of the three queues,
+// except that a job named "pauser" pauses its queue for five minutes the
+// first time it runs.
+func handlePausing(t *testing.T, h *clocktest.Harness) {
+	t.Helper()
+	run := func(ctx context.Context, p plan, jc queuey.JobContext) error {
+		if p.Name == "pauser" && jc.Deferrals == 0 {
+			return queuey.PauseQueue(5*time.Minute, "429")
+		}
+		return p.run(ctx, h.Clock, jc)
+	}
+	must(t, queuey.Handle(h.Worker, func(ctx context.Context, j alphaJob, jc queuey.JobContext) error { return run(ctx, j.plan, jc) }))
+	must(t, queuey.Handle(h.Worker, func(ctx context.Context, j betaJob, jc queuey.JobContext) error { return run(ctx, j.plan, jc) }))
+	must(t, queuey.Handle(h.Worker, func(ctx context.Context, j gammaJob, jc queuey.JobContext) error { return run(ctx, j.plan, jc) }))
+}
+
 // A suspect that lands while the queue is paused runs once the queue is
 // consumed again.
 func TestSuspectsAreLookedForAfterAPause(t *testing.T) {
 	opts := &clocktest.Options{Worker: queuey.WorkerConfig{PoisonAfter: 3, Concurrency: 1}}
 	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
-		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j betaJob, jc queuey.JobContext) error {
-			if j.Name == "pauser" && jc.Deferrals == 0 {
-				return queuey.PauseQueue(5*time.Minute, "429")
-			}
-			return j.run(ctx, h.Clock, jc)
-		}))
-		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j alphaJob, jc queuey.JobContext) error { return nil }))
-		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j gammaJob, jc queuey.JobContext) error { return nil }))
+		handlePausing(t, h)
 		h.Advance(time.Second) // consuming: the first look for suspects (none)
 		pauser := mustID(t)(h.Producer.Enqueue(t.Context(), betaJob{named("pauser")}))
 		h.Advance(time.Second) // beta is paused for 5 minutes
@@ -504,14 +513,7 @@ func TestAFatalSuspectWhoseDeadLetterFailsIsNotRunAgain(t *testing.T) {
 func TestASuspectOfACrashRunsAfterAQueueMatesPause(t *testing.T) {
 	opts := &clocktest.Options{Worker: queuey.WorkerConfig{PoisonAfter: 3, Concurrency: 2}}
 	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
-		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j alphaJob, jc queuey.JobContext) error {
-			if j.Name == "pauser" && jc.Deferrals == 0 {
-				return queuey.PauseQueue(5*time.Minute, "429")
-			}
-			return j.run(ctx, h.Clock, jc)
-		}))
-		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j betaJob, jc queuey.JobContext) error { return nil }))
-		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j gammaJob, jc queuey.JobContext) error { return nil }))
+		handlePausing(t, h)
 		x := mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{plan{Name: "x", Block: 10 * time.Second}}))
 		h.WaitFor("x running", func() bool { return len(h.Log.Of(x)) == 1 })
 		h.Backend.Disconnect(qAlpha) // x comes back redelivered: a suspect
