@@ -1,6 +1,7 @@
 package queuey
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,7 +21,6 @@ import (
 type queueActor struct {
 	w        *Worker
 	q        *queueConfig
-	hold     *holdActor
 	pool     chan task               // the worker's handlers: a send waits for room
 	fail     context.CancelCauseFunc // stops the whole worker, for a closed backend
 	stopping context.Context         // ends when the worker starts to stop
@@ -229,7 +229,7 @@ func (l *queueLoop) consumerEnded() error {
 	if why == nil && l.draining {
 		return nil
 	}
-	why = fmt.Errorf("%w: %w", errConsumerLost, errOr(why, broker.ErrClosed))
+	why = fmt.Errorf("%w: %w", errConsumerLost, cmp.Or(why, broker.ErrClosed))
 	l.dropStale()
 	if errors.Is(why, broker.ErrClosed) {
 		l.fail(fmt.Errorf("queue %q: %w", l.q.broker, why))
@@ -482,13 +482,6 @@ func (l *queueLoop) giveBack(ds ...broker.Delivery) {
 	for _, d := range ds {
 		l.w.giveBack(l.handlerCtx, l.q, d)
 	}
-}
-
-func errOr(err, or error) error {
-	if err != nil {
-		return err
-	}
-	return or
 }
 
 // publishInFlight publishes, for Worker.InFlight, how many deliveries the

@@ -19,7 +19,7 @@ type task struct {
 	holdBack <-chan struct{} // closed once the queue actor starts nothing more (a pause, a stop)
 	q        *queueConfig
 	d        broker.Delivery
-	alone    bool        // a suspect of a crash, its turn to run alone come (poison.go)
+	alone    bool        // take a job from the suspects queue and run it alone (poison.go); d is nil
 	redo     *settlement // a settle to try again, instead of running d
 	reports  chan<- report
 }
@@ -38,8 +38,8 @@ type report struct {
 }
 
 // serve is one of the worker's handler goroutines: it performs tasks until
-// quit is closed. Its queue actor's reports channel has room
-// for every task it handed out, so the report never waits.
+// quit is closed. Its queue actor's reports channel has room for every
+// task it handed out, so the report never waits.
 func (w *Worker) serve(tasks <-chan task, quit <-chan struct{}) {
 	for {
 		select {
@@ -75,6 +75,7 @@ func giveBackTasks(pool chan task) {
 	}
 }
 
+// perform carries out one task and says how it went.
 func (w *Worker) perform(t task) report {
 	if t.redo != nil {
 		r := w.settle(t.redo)

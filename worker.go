@@ -284,7 +284,7 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) supervisor(ctx context.Context, fail context.CancelCauseFunc, tasks chan task) *supervisor.Supervisor {
 	children := []supervisor.Child{{Name: "hold", Run: w.hold.Run, Restart: supervisor.Permanent}}
 	for _, q := range w.queues {
-		a := &queueActor{w: w, q: q, hold: w.hold, pool: tasks, fail: fail, stopping: ctx, inFlight: w.inFlight[q.Name]}
+		a := &queueActor{w: w, q: q, pool: tasks, fail: fail, stopping: ctx, inFlight: w.inFlight[q.Name]}
 		children = append(children, supervisor.Child{Name: "queue:" + q.broker, Run: a.Run, Restart: supervisor.Permanent})
 	}
 	// A queue actor gives its handlers 2×ShutdownTimeout, and with
