@@ -7,8 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"strings"
 	"time"
+	"unicode/utf8"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // ErrMalformed: a message body is not a valid envelope. Decode errors are
@@ -44,6 +50,12 @@ type Envelope struct {
 	// CorrelationID optionally ties the job to a request or trace; it is
 	// left out of the JSON when empty.
 	CorrelationID string `json:"correlation_id,omitempty"`
+	// Unknown holds the members of the body this version does not know (a
+	// newer version's field, another producer's "tenant_id"), as one JSON
+	// object, or nil. Encode writes them back after the known fields, so
+	// they survive retries, deferrals, dead letters and replays unchanged.
+	// Their names must differ from every field's, case aside.
+	Unknown json.RawMessage `json:"-"`
 }
 
 // MalformedError says which field made DecodeEnvelope refuse a body. It
@@ -70,7 +82,7 @@ func (e *MalformedError) Detail() string {
 	}
 	msg += e.Reason
 	// A type error's text names Go types; Reason says it in JSON's terms.
-	if _, typed := errors.AsType[*json.UnmarshalTypeError](e.Err); e.Err != nil && !typed {
+	if _, typed := errors.AsType[*jsonv2.SemanticError](e.Err); e.Err != nil && !typed {
 		msg += ": " + e.Err.Error()
 	}
 	return msg
@@ -143,10 +155,12 @@ func (e Envelope) EnqueuedAt() time.Time {
 	return time.UnixMilli(int64(min(e.EnqueuedAtMs, math.MaxInt64)))
 }
 
-// Encode returns the JSON body: fields in declaration order, no HTML
-// escaping and no trailing newline, as serde_json writes it. The payload is
-// compacted. Encode does not validate the envelope; it fails only when the
-// payload is not valid JSON.
+// Encode returns the JSON body: fields in declaration order, then the
+// unknown members, no HTML escaping and no trailing newline, as serde_json
+// writes it. The payload is compacted. Encode does not check the fields'
+// values; it fails when a string is not valid UTF-8, when the payload is
+// not valid JSON or names a member twice, or when Unknown is not a JSON
+// object of names the envelope does not use.
 func (e Envelope) Encode() ([]byte, error) {
 	if b, ok := e.appendFast(make([]byte, 0, e.encodedSizeHint())); ok {
 		return b, nil
@@ -154,18 +168,43 @@ func (e Envelope) Encode() ([]byte, error) {
 	return e.encodeReference()
 }
 
-// encodeReference is Encode through encoding/json: the definition of the
-// output, and the fallback of the fast path (which the fuzz tests hold to
-// the same bytes and errors).
+// encodeReference is Encode through the strict JSON codec: the definition
+// of the output, and the fallback of the fast path (which the fuzz tests
+// hold to the same bytes and errors).
 func (e Envelope) encodeReference() ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(e); err != nil {
+	if err := checkUnknown(jsontext.Value(e.Unknown)); err != nil {
 		return nil, fmt.Errorf("broker: encode envelope of job %q: %w", e.JobID, err)
 	}
-	b := buf.Bytes()
-	return b[:len(b)-1], nil // Encoder.Encode ends with a newline
+	w := wireOut{
+		JobID: e.JobID, JobType: e.JobType, Queue: e.Queue, Attempt: e.Attempt, EnqueuedAtMs: e.EnqueuedAtMs,
+		Deferrals: e.Deferrals, Priority: e.Priority, Payload: jsontext.Value(e.Payload), CorrelationID: e.CorrelationID,
+		Unknown: jsontext.Value(e.Unknown),
+	}
+	if e.Payload == nil {
+		w.Payload = jsontext.Value("null")
+	}
+	// Escapes in the payload's strings are kept as written, as a raw value
+	// is by serde.
+	b, err := jsonv2.Marshal(w, jsontext.PreserveRawStrings(true))
+	if err != nil {
+		return nil, fmt.Errorf("broker: encode envelope of job %q: %w", e.JobID, err)
+	}
+	return b, nil
+}
+
+// wireOut is the envelope as the reference encoder writes it: fields in
+// the wire's order, then the unknown members.
+type wireOut struct {
+	JobID         string         `json:"job_id"`
+	JobType       string         `json:"job_type"`
+	Queue         string         `json:"queue"`
+	Attempt       uint32         `json:"attempt"`
+	EnqueuedAtMs  uint64         `json:"enqueued_at_ms"`
+	Deferrals     uint32         `json:"deferrals"`
+	Priority      uint8          `json:"priority"`
+	Payload       jsontext.Value `json:"payload"`
+	CorrelationID string         `json:"correlation_id,omitempty"`
+	Unknown       jsontext.Value `json:",embed"`
 }
 
 // Message encodes the envelope into a publish whose properties mirror it:
@@ -192,10 +231,14 @@ func (e Envelope) Message() (Message, error) {
 // object, a job_id that is not a UUID (8-4-4-4-12 hex digits, any case and
 // version), a missing or empty job_type or queue, a missing enqueued_at_ms,
 // an attempt that is missing or 0, a missing payload, and any field of the
-// wrong JSON type. Missing deferrals and priority decode as 0, as bodies
+// wrong JSON type, a job_type, queue or correlation_id longer than
+// MaxShortString, a name given twice anywhere in the body (the payload
+// included), a member whose name differs from a field's only in case, and
+// invalid UTF-8. Missing deferrals and priority decode as 0, as bodies
 // written before those fields existed lack them. Field names match exactly,
-// as in serde, and unknown fields are ignored so newer writers stay
-// readable. The payload is copied out of body, verbatim.
+// as in serde; other members are kept in Unknown, so newer writers stay
+// readable and their fields survive. The payload is copied out of body,
+// verbatim.
 func DecodeEnvelope(body []byte) (Envelope, error) {
 	if e, ok := decodeEnvelopeFast(body); ok {
 		return e, nil
@@ -217,41 +260,19 @@ func DecodeMessage(msg Message) (Envelope, error) {
 	return decodeEnvelopeReference(msg.Body)
 }
 
-// decodeEnvelopeReference is DecodeEnvelope through encoding/json: the
-// definition of the result and of every error, and the fallback of the fast
-// path (which the fuzz tests hold to the same results).
+// decodeEnvelopeReference is DecodeEnvelope through the strict JSON codec
+// (github.com/go-json-experiment/json, the basis of encoding/json/v2): the
+// definition of the result and of every error, and the fallback of the
+// fast path (which the fuzz tests hold to the same results). The codec
+// matches names exactly, refuses a name given twice anywhere in the body,
+// and refuses invalid UTF-8, as serde does.
 func decodeEnvelopeReference(body []byte) (Envelope, error) {
-	// One pass of encoding/json into pointers (so absence shows), then a
-	// check that each field found was spelled exactly: encoding/json
-	// matches names without regard to case, serde does not. A map of raw
-	// fields decoded field by field cost twice as much.
-	var w struct {
-		JobID         *string         `json:"job_id"`
-		JobType       *string         `json:"job_type"`
-		Queue         *string         `json:"queue"`
-		Attempt       *uint32         `json:"attempt"`
-		EnqueuedAtMs  *uint64         `json:"enqueued_at_ms"`
-		Deferrals     *uint32         `json:"deferrals"`
-		Priority      *uint8          `json:"priority"`
-		Payload       json.RawMessage `json:"payload"`
-		CorrelationID *string         `json:"correlation_id"`
-	}
-	if err := json.Unmarshal(body, &w); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) && typeErr.Field != "" {
-			name := typeErr.Field
-			return Envelope{}, &MalformedError{Field: name, Reason: "is not a " + fieldKinds[name] + ": it is a JSON " + typeErr.Value, Err: err}
-		}
-		if typeErr != nil {
-			return Envelope{}, &MalformedError{Reason: "body is not a JSON object: it is a JSON " + typeErr.Value, Err: err}
-		}
-		return Envelope{}, &MalformedError{Reason: "body is not a JSON object", Err: err}
+	var w wireIn
+	if err := jsonv2.Unmarshal(body, &w); err != nil {
+		return Envelope{}, malformedJSON(err)
 	}
 	if bytes.Equal(bytes.TrimSpace(body), []byte("null")) {
 		return Envelope{}, &MalformedError{Reason: "body is not a JSON object: it is null"}
-	}
-	present := func(name string, found bool) bool {
-		return found && bytes.Contains(body, []byte(`"`+name+`"`))
 	}
 	for _, f := range []struct {
 		name  string
@@ -264,34 +285,175 @@ func decodeEnvelopeReference(body []byte) (Envelope, error) {
 		{"enqueued_at_ms", w.EnqueuedAtMs != nil},
 		{"payload", w.Payload != nil},
 	} {
-		if !present(f.name, f.found) {
+		if !f.found {
 			return Envelope{}, &MalformedError{Field: f.name, Reason: "is missing"}
 		}
 	}
+	if err := checkUnknown(w.Unknown); err != nil {
+		return Envelope{}, err
+	}
 	e := Envelope{
 		JobID: *w.JobID, JobType: *w.JobType, Queue: *w.Queue, Attempt: *w.Attempt,
-		EnqueuedAtMs: *w.EnqueuedAtMs, Payload: w.Payload,
+		EnqueuedAtMs: *w.EnqueuedAtMs, Payload: json.RawMessage(w.Payload),
+		Deferrals: deref(w.Deferrals), Priority: deref(w.Priority), CorrelationID: deref(w.CorrelationID),
 	}
-	if present("deferrals", w.Deferrals != nil) {
-		e.Deferrals = *w.Deferrals
+	if len(w.Unknown) > 0 {
+		e.Unknown = json.RawMessage(w.Unknown)
 	}
-	if present("priority", w.Priority != nil) {
-		e.Priority = *w.Priority
+	return e, checkFields(e)
+}
+
+// wireIn is the envelope as the reference decoder reads it: pointers, so
+// that absence (or null) shows, and the members no field names kept in
+// Unknown.
+type wireIn struct {
+	JobID         *string        `json:"job_id"`
+	JobType       *string        `json:"job_type"`
+	Queue         *string        `json:"queue"`
+	Attempt       *uint32        `json:"attempt"`
+	EnqueuedAtMs  *uint64        `json:"enqueued_at_ms"`
+	Deferrals     *uint32        `json:"deferrals"`
+	Priority      *uint8         `json:"priority"`
+	Payload       jsontext.Value `json:"payload"`
+	CorrelationID *string        `json:"correlation_id"`
+	Unknown       jsontext.Value `json:",embed"`
+}
+
+// deref is *p, or the zero value for nil.
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
 	}
-	if present("correlation_id", w.CorrelationID != nil) {
-		e.CorrelationID = *w.CorrelationID
-	}
+	return *p
+}
+
+// MaxShortString is the longest job type, queue name and correlation id
+// an envelope may carry: each also travels in an AMQP short string (the
+// message's type, its queue, its correlation id), which holds 255 bytes.
+const MaxShortString = 255
+
+// checkFields refuses a decoded envelope whose values are out of range.
+func checkFields(e Envelope) error {
 	switch {
 	case !isUUID(e.JobID):
-		return Envelope{}, &MalformedError{Field: "job_id", Reason: fmt.Sprintf("%q is not a UUID", e.JobID)}
+		return &MalformedError{Field: "job_id", Reason: fmt.Sprintf("%q is not a UUID", truncated(e.JobID))}
 	case e.JobType == "":
-		return Envelope{}, &MalformedError{Field: "job_type", Reason: "is empty"}
+		return &MalformedError{Field: "job_type", Reason: "is empty"}
 	case e.Queue == "":
-		return Envelope{}, &MalformedError{Field: "queue", Reason: "is empty"}
+		return &MalformedError{Field: "queue", Reason: "is empty"}
 	case e.Attempt == 0:
-		return Envelope{}, &MalformedError{Field: "attempt", Reason: "is 0; attempts count from 1"}
+		return &MalformedError{Field: "attempt", Reason: "is 0; attempts count from 1"}
 	}
-	return e, nil
+	for _, f := range []struct{ name, v string }{{"job_type", e.JobType}, {"queue", e.Queue}, {"correlation_id", e.CorrelationID}} {
+		if len(f.v) > MaxShortString {
+			return &MalformedError{Field: f.name, Reason: fmt.Sprintf("is %d bytes long; at most %d fit an AMQP short string", len(f.v), MaxShortString)}
+		}
+	}
+	return nil
+}
+
+// truncated is s cut to 64 bytes, at a UTF-8 boundary, for an error text.
+func truncated(s string) string {
+	if len(s) <= 64 {
+		return s
+	}
+	cut := 64
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// checkUnknown refuses members the envelope does not know that differ from
+// a field's name only in case ("JOB_TYPE" beside "job_type"): a decoder
+// that folds case would read them as that field, so two readers of the
+// body could disagree about the job. Unknown is a JSON object or empty;
+// the first such member, in the body's order, is named.
+func checkUnknown(unknown jsontext.Value) error {
+	if len(unknown) == 0 {
+		return nil
+	}
+	dec := jsontext.NewDecoder(bytes.NewReader(unknown))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return &MalformedError{Reason: "holds unknown members that are not a JSON object", Err: err}
+	}
+	for dec.PeekKind() == '"' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return &MalformedError{Reason: "holds unknown members that are not valid JSON", Err: err}
+		}
+		name := tok.String()
+		for _, field := range envelopeFieldNames {
+			if strings.EqualFold(name, field) {
+				return &MalformedError{Field: name, Reason: fmt.Sprintf("differs from the field %q only in case", field)}
+			}
+		}
+		if err := dec.SkipValue(); err != nil {
+			return &MalformedError{Reason: "holds unknown members that are not valid JSON", Err: err}
+		}
+	}
+	return nil
+}
+
+// malformedJSON turns an error of the strict codec into a *MalformedError
+// that names the field at fault, in JSON's terms.
+func malformedJSON(err error) error {
+	if se, ok := errors.AsType[*jsonv2.SemanticError](err); ok {
+		field := firstToken(se.JSONPointer)
+		if field == "" {
+			return &MalformedError{Reason: "body is not a JSON object: it is a JSON " + kindName(se.JSONKind), Err: err}
+		}
+		if kind, known := fieldKinds[field]; known && se.JSONKind != 0 {
+			got := kindName(se.JSONKind)
+			if se.JSONValue != nil && se.JSONKind == '0' {
+				got += " " + string(se.JSONValue)
+			}
+			return &MalformedError{Field: field, Reason: "is not a " + kind + ": it is a JSON " + got, Err: err}
+		}
+		return &MalformedError{Field: field, Reason: "is not valid", Err: err}
+	}
+	if se, ok := errors.AsType[*jsontext.SyntacticError](err); ok && !errors.Is(err, io.ErrUnexpectedEOF) {
+		field := firstToken(se.JSONPointer)
+		if errors.Is(err, jsontext.ErrDuplicateName) {
+			if se.JSONPointer.Parent() == "" {
+				return &MalformedError{Field: field, Reason: "appears twice"}
+			}
+			return &MalformedError{Field: field, Reason: fmt.Sprintf("holds the name %q twice at %s", se.JSONPointer.LastToken(), se.JSONPointer)}
+		}
+		if field != "" {
+			return &MalformedError{Field: field, Reason: "is not valid JSON", Err: err}
+		}
+	}
+	return &MalformedError{Reason: "body is not a JSON object", Err: err}
+}
+
+// firstToken is the first reference token of p: the top-level member an
+// error is in, or "" for the body itself.
+func firstToken(p jsontext.Pointer) string {
+	for tok := range p.Tokens() {
+		return tok
+	}
+	return ""
+}
+
+// kindName names a JSON kind as a person would.
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case 'n':
+		return "null"
+	case 'f', 't':
+		return "boolean"
+	case '"':
+		return "string"
+	case '0':
+		return "number"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	}
+	return "value"
 }
 
 // fieldKinds names the JSON type each field must have, for errors.

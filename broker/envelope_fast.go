@@ -7,13 +7,19 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // The fast paths in this file handle the bodies queuey and the Rust crate write
-// without reflection. Each either produces exactly what the encoding/json
+// without reflection: decoding through the strict codec costs about ten times
+// as much and allocates, where DecodeMessage of a delivery allocates nothing
+// (BenchmarkDecodeMessage; the memory backend's jobs/s on the benchmark table
+// pay it on every job). Each either produces exactly what the strict
 // reference produces or gives up (ok false), and the caller then runs the
 // reference; FuzzDecodeEnvelopeFastPathMatchesReference and
-// FuzzEncodeMatchesReference hold them to that.
+// FuzzEncodeMatchesReference hold them to that. A payload is checked by the
+// codec's own validator (jsontext.Value.IsValid), which allocates nothing.
 
 // Indexes of the envelope's fields in decodeEnvelopeFast's bookkeeping.
 const (
@@ -26,8 +32,8 @@ const (
 	fPriority
 	fPayload
 	fCorrelationID
-	fUnknown  // a field encoding/json ignores
-	fFallback // a name encoding/json would match without regard to case
+	fUnknown  // a member the envelope does not know: kept in Unknown
+	fFallback // a name that differs from a field's only in case
 )
 
 // envelopeFieldNames are the JSON names, indexed by the constants above.
@@ -371,7 +377,7 @@ func fieldUint(b []byte, i int, limit uint64) (v uint64, end int, ok bool) {
 // decodeEnvelopeFast decodes the common shape of body: one JSON object
 // whose keys are plain ASCII, each field at most once, string fields
 // without \u escapes and of valid UTF-8, unsigned fields as plain digits,
-// any valid JSON as the payload and unknown fields. It returns ok false
+// a payload the strict codec accepts, and no other members. It returns ok false
 // for anything else, and for any body DecodeEnvelope refuses, leaving the
 // result and the error to decodeEnvelopeReference.
 func decodeEnvelopeFast(body []byte) (e Envelope, ok bool) {
@@ -417,7 +423,7 @@ func decodeEnvelopeFastSharing(body []byte, msg *Message) (e Envelope, ok bool) 
 		}
 		if f < fUnknown {
 			if seen&(1<<f) != 0 {
-				return Envelope{}, false // a duplicate: encoding/json keeps the last
+				return Envelope{}, false // a duplicate: the reference refuses it
 			}
 			seen |= 1 << f
 		}
@@ -461,15 +467,12 @@ func decodeEnvelopeFastSharing(body []byte, msg *Message) (e Envelope, ok bool) 
 			i = end
 		case fPayload:
 			payStart = i
-			if i = s.value(i, 1); i < 0 {
+			if i = s.value(i, 1); i < 0 || !jsontext.Value(body[payStart:i]).IsValid() {
 				return Envelope{}, false
 			}
 			payEnd = i
-		case fUnknown:
-			if i = s.value(i, 1); i < 0 {
-				return Envelope{}, false
-			}
-		default:
+		default: // an unknown member, kept by the reference, or a case twin
+
 			return Envelope{}, false
 		}
 		if i = s.ws(i); i >= len(body) {
@@ -492,7 +495,7 @@ func decodeEnvelopeFastSharing(body []byte, msg *Message) (e Envelope, ok bool) 
 			sameString(body, spans[fQueue], msg.Queue) && sameString(body, spans[fCorrelationID], msg.CorrelationID) {
 			// As published: no allocation at all.
 			e.JobID, e.JobType, e.Queue, e.CorrelationID = msg.ID, msg.Type, msg.Queue, msg.CorrelationID
-			if !isUUID(e.JobID) || e.JobType == "" || e.Queue == "" {
+			if checkFields(e) != nil {
 				return Envelope{}, false
 			}
 			e.Payload = json.RawMessage(body[payStart:payEnd:payEnd])
@@ -519,7 +522,7 @@ func decodeEnvelopeFastSharing(body []byte, msg *Message) (e Envelope, ok bool) 
 	e.JobType = all[offs[fJobType]:offs[fQueue]]
 	e.Queue = all[offs[fQueue]:offs[fCorrelationID]]
 	e.CorrelationID = all[offs[fCorrelationID]:]
-	if !isUUID(e.JobID) || e.JobType == "" || e.Queue == "" {
+	if checkFields(e) != nil {
 		return Envelope{}, false
 	}
 	if msg != nil {
@@ -564,16 +567,26 @@ func decimalLen(v uint64) int {
 	return n
 }
 
-// appendFast appends Encode's output to dst, or returns ok false when the
-// payload is not valid JSON (for encodeReference's error) or nests deeper
-// than the fast path follows.
+// appendFast appends Encode's output to dst, or returns ok false when
+// encodeReference must decide: a string of invalid UTF-8, a payload that
+// is not valid JSON (for the reference's error) or nests deeper than the
+// fast path follows, or unknown members to write back.
 func (e Envelope) appendFast(dst []byte) ([]byte, bool) {
+	if len(e.Unknown) > 0 {
+		return nil, false
+	}
+	ok := true
+	str := func(dst []byte, s string) []byte {
+		dst, good := appendJSONString(dst, s)
+		ok = ok && good
+		return dst
+	}
 	dst = append(dst, `{"job_id":`...)
-	dst = appendJSONString(dst, e.JobID)
+	dst = str(dst, e.JobID)
 	dst = append(dst, `,"job_type":`...)
-	dst = appendJSONString(dst, e.JobType)
+	dst = str(dst, e.JobType)
 	dst = append(dst, `,"queue":`...)
-	dst = appendJSONString(dst, e.Queue)
+	dst = str(dst, e.Queue)
 	dst = append(dst, `,"attempt":`...)
 	dst = strconv.AppendUint(dst, uint64(e.Attempt), 10)
 	dst = append(dst, `,"enqueued_at_ms":`...)
@@ -583,81 +596,81 @@ func (e Envelope) appendFast(dst []byte) ([]byte, bool) {
 	dst = append(dst, `,"priority":`...)
 	dst = strconv.AppendUint(dst, uint64(e.Priority), 10)
 	dst = append(dst, `,"payload":`...)
-	if e.Payload == nil {
-		dst = append(dst, "null"...) // json.RawMessage's MarshalJSON
-	} else {
-		s := jsonScan{b: e.Payload}
-		end := s.value(s.ws(0), 0)
-		if end < 0 || s.ws(end) != len(e.Payload) {
-			return nil, false
-		}
-		if s.space {
-			buf := bytes.NewBuffer(dst)
-			if json.Compact(buf, e.Payload) != nil {
-				return nil, false
-			}
-			dst = buf.Bytes()
-		} else {
-			dst = append(dst, e.Payload...)
-		}
+	dst, valid := appendPayload(dst, e.Payload)
+	if !valid {
+		return nil, false
 	}
 	if e.CorrelationID != "" {
 		dst = append(dst, `,"correlation_id":`...)
-		dst = appendJSONString(dst, e.CorrelationID)
+		dst = str(dst, e.CorrelationID)
 	}
-	return append(dst, '}'), true
+	return append(dst, '}'), ok
 }
 
-// appendJSONString appends s quoted as encoding/json quotes it without
-// HTML escaping: \" \\ \b \f \n \r \t, other controls as \u00XX, U+2028
-// and U+2029 as \u2028 and \u2029, and each invalid UTF-8 byte as \ufffd.
-func appendJSONString(dst []byte, s string) []byte {
+// appendPayload appends p compacted, null for nil, or returns ok false for
+// the reference to refuse it (or to take a nesting deeper than
+// maxFastDepth).
+func appendPayload(dst []byte, p json.RawMessage) ([]byte, bool) {
+	if p == nil {
+		return append(dst, "null"...), true
+	}
+	s := jsonScan{b: p}
+	end := s.value(s.ws(0), 0)
+	if end < 0 || s.ws(end) != len(p) || !jsontext.Value(p).IsValid() {
+		return nil, false
+	}
+	if !s.space {
+		return append(dst, p...), true
+	}
+	buf := bytes.NewBuffer(dst)
+	if json.Compact(buf, p) != nil {
+		return nil, false
+	}
+	return buf.Bytes(), true
+}
+
+// appendJSONString appends s quoted as the strict codec quotes it: \" \\
+// \b \f \n \r \t, other controls as \u00XX, everything else (U+2028
+// and HTML's characters included) as it is. It reports false for invalid
+// UTF-8, which the codec refuses.
+func appendJSONString(dst []byte, s string) ([]byte, bool) {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
-		if c < utf8.RuneSelf {
-			if strSpecial[c] == 0 {
-				i++
-				continue
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				return dst, false
 			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				dst = append(dst, '\\', c)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xF])
-		default:
 			i += size
 			continue
 		}
-		i += size
+		if strSpecial[c] == 0 {
+			i++
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '\\', '"':
+			dst = append(dst, '\\', c)
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		case '\f':
+			dst = append(dst, '\\', 'f')
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+		}
+		i++
 		start = i
 	}
 	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	return append(dst, '"'), true
 }

@@ -201,6 +201,7 @@ func TestDecodeGoldenBodies(t *testing.T) {
 				Priority:      5,
 				Payload:       json.RawMessage(`[1,2,3]`),
 				CorrelationID: "trace-1",
+				Unknown:       json.RawMessage(`{"tenant":"acme","retry_override":{"max_attempts":9}}`),
 			},
 		},
 	}
@@ -383,6 +384,17 @@ func TestDecodeEnvelopeRejectsGarbage(t *testing.T) {
 		{name: "payload missing", body: valid(func(m map[string]any) { delete(m, "payload") }), wantField: "payload"},
 		{name: "correlation id a number", body: valid(func(m map[string]any) { m["correlation_id"] = 7 }), wantField: "correlation_id"},
 		{name: "field names in the wrong case", body: strings.Replace(readGoldenString("envelope_v1.json"), `"job_id"`, `"JOB_ID"`, 1), wantField: "job_id"},
+		// What serde refuses, so that a Go and a Rust worker never read one
+		// body as two jobs.
+		{name: "a field's upper-case twin", body: valid(func(m map[string]any) { m["JOB_TYPE"] = "evil" }), wantField: "JOB_TYPE"},
+		{name: "a field's capitalised twin", body: valid(func(m map[string]any) { m["Attempt"] = 7 }), wantField: "Attempt"},
+		{name: "a field given twice", body: strings.Replace(readGoldenString("envelope_v1.json"), `"job_type":"send_email"`, `"job_type":"send_email","job_type":"evil"`, 1), wantField: "job_type"},
+		{name: "a name given twice in the payload", body: valid(func(m map[string]any) { m["payload"] = json.RawMessage(`{"to":"a","to":"b"}`) }), wantField: "payload"},
+		{name: "job type of invalid UTF-8", body: strings.Replace(readGoldenString("envelope_v1.json"), `send_email`, "send\xffemail", 1), wantField: "job_type"},
+		// Values that cannot travel in an AMQP short string.
+		{name: "job type over 255 bytes", body: valid(func(m map[string]any) { m["job_type"] = strings.Repeat("k", 256) }), wantField: "job_type"},
+		{name: "queue over 255 bytes", body: valid(func(m map[string]any) { m["queue"] = strings.Repeat("q", 300) }), wantField: "queue"},
+		{name: "correlation id over 255 bytes", body: valid(func(m map[string]any) { m["correlation_id"] = strings.Repeat("c", 300) }), wantField: "correlation_id"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -412,6 +424,40 @@ func TestDecodeEnvelopeRejectsGarbage(t *testing.T) {
 				t.Errorf("Error() = %q, want %q", err, want)
 			}
 		})
+	}
+}
+
+// Members of the body the envelope does not know (another producer's
+// tenant_id, a newer version's field) come back unchanged in every body the
+// job's later lives are published with.
+func TestUnknownMembersSurviveRetriesAndDeferrals(t *testing.T) {
+	body := strings.Replace(readGoldenString("envelope_v1.json"), `"payload"`, `"tenant_id":"t-42","trace":{"a":[1,2]},"payload"`, 1)
+	e, err := broker.DecodeEnvelope([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, next := range map[string]broker.Envelope{"as it was": e, "retry": e.NextAttempt(), "deferral": e.Deferred(10)} {
+		enc, err := next.Encode()
+		if err != nil {
+			t.Fatalf("%s: Encode() error = %v", name, err)
+		}
+		if !bytes.Contains(enc, []byte(`"tenant_id":"t-42","trace":{"a":[1,2]}}`)) {
+			t.Errorf("%s: Encode() = %s, want the unknown members at its end", name, enc)
+		}
+		again, err := broker.DecodeEnvelope(enc)
+		if err != nil || string(again.Unknown) != `{"tenant_id":"t-42","trace":{"a":[1,2]}}` {
+			t.Errorf("%s: decoded again: Unknown = %s, %v", name, again.Unknown, err)
+		}
+	}
+}
+
+func TestEncodeRefusesUnknownMembersThatAreFields(t *testing.T) {
+	for _, unknown := range []string{`{"job_type":"x"}`, `{"Job_Type":"x"}`, `[1]`, `{"a":1,"a":2}`} {
+		e := fixedEnvelope()
+		e.Unknown = json.RawMessage(unknown)
+		if b, err := e.Encode(); err == nil {
+			t.Errorf("Encode() with Unknown %s = %s, want an error", unknown, b)
+		}
 	}
 }
 
