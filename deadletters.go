@@ -214,6 +214,9 @@ func (dl *DeadLetters) walk(ctx context.Context, name string, f func(DeadLetter,
 	if !ok {
 		return false, fmt.Errorf("%w: queue %q is not in the queue set", ErrUnknownQueue, name)
 	}
+	if err := ctx.Err(); err != nil {
+		return false, err // the select would pick a free turn, or this case, at random
+	}
 	select {
 	case dl.turn <- struct{}{}:
 		defer func() { <-dl.turn }()
@@ -235,6 +238,9 @@ func (dl *DeadLetters) walk(ctx context.Context, name string, f func(DeadLetter,
 	// Even with nothing ready, the exclusive consume says whether another
 	// reader holds what there is.
 	c, err := consume(ctx, dead, max(1, min(n, ListLimit)))
+	if err != nil && ctx.Err() != nil {
+		return false, ctx.Err() // whatever the backend made of it, the read was cut short
+	}
 	if errors.Is(err, ErrInUse) {
 		return false, fmt.Errorf("%w: the dead letters of %q are being read elsewhere (List, Show or Replay, in this process or another, or a worker that consumes that queue); try again", err, name)
 	}

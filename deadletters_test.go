@@ -312,3 +312,25 @@ func TestAReplayOfAllGoesPastOneRead(t *testing.T) {
 		t.Errorf("replayed %d, %d dead letters left, %d pending; want all %d moved", replayed, len(backend.DeadLetters(qBeta)), backend.Pending(qBeta), n)
 	}
 }
+
+// A read of the dead letters with an ended ctx returns the ctx's error: it
+// is not told that another reader holds them (ErrInUse). Tried over and
+// over, for a select between a free turn and an ended ctx picks either.
+func TestADeadLetterReadWithAnEndedCtxReturnsItsError(t *testing.T) {
+	backend := memory.New(nil)
+	defer backend.Close()
+	dl, err := queuey.NewDeadLetters(t.Context(), backend, app, nil)
+	must(t, err)
+	env := broker.NewEnvelope("beta_job", qBeta, []byte(`{}`), time.Now())
+	msg, err := env.Message()
+	must(t, err)
+	must(t, backend.DeadLetter(t.Context(), broker.DeadLetter{Message: msg, Reason: "test"}))
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	for range 100 {
+		_, err := dl.List(ended, "beta")
+		if !errors.Is(err, context.Canceled) || errors.Is(err, queuey.ErrInUse) || strings.Contains(fmt.Sprint(err), "another read") {
+			t.Fatalf("List with an ended ctx: %v; want context.Canceled, and no word of another reader", err)
+		}
+	}
+}

@@ -3,37 +3,40 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Errors every Backend reports the same way, so callers and the conformance
 // suite can check them with errors.Is whatever the transport.
 var (
 	// ErrClosed: the backend (or the consumer) was closed; nothing was done.
-	ErrClosed = errors.New("broker: backend is closed")
+	ErrClosed = errors.New("queuey: backend is closed")
 	// ErrUnknownQueue: a wait was asked for a queue that was never declared
 	// through this backend, so its hold queue's durability and release target
 	// would be guesses.
-	ErrUnknownQueue = errors.New("broker: unknown queue")
+	ErrUnknownQueue = errors.New("queuey: unknown queue")
 	// ErrUnroutable: the broker returned the message because no queue of
 	// that name exists. It was not published.
-	ErrUnroutable = errors.New("broker: message is unroutable (no such queue)")
+	ErrUnroutable = errors.New("queuey: message is unroutable (no such queue)")
 	// ErrNoQueue: a consumer was asked for a queue that does not exist.
-	ErrNoQueue = errors.New("broker: no such queue")
+	ErrNoQueue = errors.New("queuey: no such queue")
 	// ErrPreconditionFailed: a queue exists with other arguments than the
 	// declaration asks for (RabbitMQ's PRECONDITION_FAILED).
-	ErrPreconditionFailed = errors.New("broker: queue exists with different arguments")
+	ErrPreconditionFailed = errors.New("queuey: queue exists with different arguments")
 	// ErrStaleDelivery: the delivery belongs to a consumer that has ended;
 	// the broker has already taken it back, so settling it again is refused
 	// rather than sent on another consumer's channel.
-	ErrStaleDelivery = errors.New("broker: delivery belongs to a consumer that has ended")
+	ErrStaleDelivery = errors.New("queuey: delivery belongs to a consumer that has ended")
 	// ErrAlreadySettled: the delivery was acked, rejected or requeued before.
-	ErrAlreadySettled = errors.New("broker: delivery was already settled")
+	ErrAlreadySettled = errors.New("queuey: delivery was already settled")
 	// ErrInUse: a consumer that must be alone on its queue
 	// (ExclusiveConsumer) found another there, or found one there first
 	// (RabbitMQ's ACCESS_REFUSED).
-	ErrInUse = errors.New("broker: queue is in use by another consumer")
+	ErrInUse = errors.New("queuey: queue is in use by another consumer")
 )
 
 // QueueSpec is what a backend needs to declare one work queue and its dead
@@ -182,6 +185,27 @@ type Delivery interface {
 	Requeue(ctx context.Context) error
 }
 
+// MaxReasonBytes is the longest dead-letter reason a message carries in its
+// headers: a handler's error text may be any length (an HTTP body), and a
+// header past the broker's frame size closes the connection. Longer
+// reasons are cut at a UTF-8 boundary and marked so; the whole text goes to
+// the worker's log and hooks.
+const MaxReasonBytes = 4096
+
+// CapReason is reason cut to MaxReasonBytes at a UTF-8 boundary, ending
+// in a note of how much was cut; a shorter reason is returned as it is.
+func CapReason(reason string) string {
+	if len(reason) <= MaxReasonBytes {
+		return reason
+	}
+	note := fmt.Sprintf("… (%d bytes cut)", len(reason))
+	cut := MaxReasonBytes - len(note)
+	for cut > 0 && !utf8.RuneStart(reason[cut]) {
+		cut--
+	}
+	return strings.ToValidUTF8(reason[:cut], "") + fmt.Sprintf("… (%d bytes cut)", len(reason)-cut)
+}
+
 // DeadLetterHeaders are the headers a dead-lettered message carries: its
 // own, plus the reason, the original queue and the attempts made.
 func DeadLetterHeaders(dl DeadLetter) map[string]string {
@@ -189,7 +213,7 @@ func DeadLetterHeaders(dl DeadLetter) map[string]string {
 	for k, v := range dl.Headers {
 		h[k] = v
 	}
-	h[HeaderDeathReason] = dl.Reason
+	h[HeaderDeathReason] = CapReason(dl.Reason)
 	h[HeaderOriginalQueue] = dl.Queue
 	h[HeaderAttempts] = strconv.FormatUint(uint64(dl.Attempt), 10)
 	return h

@@ -63,12 +63,12 @@ var longestHoldSuffix = HoldInfix + "." + strconv.Itoa(MaxHoldMs)
 var (
 	// ErrDelayTooLong: the rounded delay exceeds MaxHoldMs. The wait is
 	// refused rather than released early.
-	ErrDelayTooLong = errors.New("broker: delay is longer than a hold queue can wait")
+	ErrDelayTooLong = errors.New("queuey: delay is longer than a hold queue can wait")
 	// ErrInvalidDelay: the delay is negative.
-	ErrInvalidDelay = errors.New("broker: invalid delay")
+	ErrInvalidDelay = errors.New("queuey: invalid delay")
 	// ErrInvalidName: a queue name the broker would refuse, or one that
 	// leaves no room for its hold queues' names.
-	ErrInvalidName = errors.New("broker: invalid queue name")
+	ErrInvalidName = errors.New("queuey: invalid queue name")
 )
 
 // DelayError is a delay HoldTTL refused. Err is ErrDelayTooLong or

@@ -21,7 +21,9 @@ var (
 	// Publishes retry on the next connection by themselves until their ctx
 	// ends; this surfaces through consumers and settles.
 	ErrConnectionLost = errors.New("rabbitmq: connection lost")
-	// ErrAccessRefused: the broker refused the credentials or the vhost.
+	// ErrAccessRefused: the broker refused the credentials. (A vhost that
+	// does not exist, or that the user may not use, is said apart, with
+	// the broker's *amqp.Error under it.)
 	// Retrying does not help; fix the URL.
 	ErrAccessRefused = errors.New("rabbitmq: access refused")
 	// ErrNacked: the broker nacked a publish (it could not take the message).
@@ -33,6 +35,10 @@ var (
 	// header of a type it does not take, a message over its size limit)
 	// and closed the channel. Publishing it again would be refused again.
 	ErrRefused = errors.New("rabbitmq: the broker refused a publish and closed its channel")
+	// ErrUnencodable: a publish AMQP cannot carry (a short string over 255
+	// bytes, properties over the frame size) was refused before it was
+	// sent; the connection is unharmed.
+	ErrUnencodable = errors.New("rabbitmq: the message does not fit AMQP's limits; not sent")
 	// ErrConsumerTimeout: the broker closed a consumer's channel because a
 	// delivery stayed unacked longer than its consumer_timeout. The job
 	// comes back; raise consumer_timeout or keep jobs (JobTimeout) shorter.
@@ -93,7 +99,7 @@ func Dial(ctx context.Context, rawURL string, opts *Options) (*Backend, error) {
 		// The parser's text may quote part of the password: none of it.
 		return nil, fmt.Errorf("rabbitmq: the AMQP URL does not parse: is its port a number? A user name or password holding '/', '?', '#', '@', ':', '%%' or a space must be percent-encoded (url.UserPassword does it)")
 	case u.Scheme != "amqp" && u.Scheme != "amqps":
-		return nil, fmt.Errorf("rabbitmq: %q is not an amqp:// or amqps:// URL", b.safeURL)
+		return nil, fmt.Errorf("rabbitmq: %q is not an amqp:// or amqps:// URL (amqp://user:password@host:5672/vhost)", b.safeURL)
 	}
 	first, err := b.dial(ctx, b.pub.name)
 	if err != nil {
@@ -298,11 +304,12 @@ func (b *Backend) declareHold(ctx context.Context, hold string, spec broker.Queu
 }
 
 // DeadLetter publishes dl to <q>.dead with x-death-reason,
-// x-original-queue and x-attempts headers. A dead-letter queue deleted
+// x-original-queue and x-attempts headers (the reason cut to
+// broker.MaxReasonBytes). A dead-letter queue deleted
 // by someone else is declared again (as the work queue is).
 func (b *Backend) DeadLetter(ctx context.Context, dl broker.DeadLetter) error {
 	extra := amqp.Table{
-		broker.HeaderDeathReason:   dl.Reason,
+		broker.HeaderDeathReason:   broker.CapReason(dl.Reason),
 		broker.HeaderOriginalQueue: dl.Queue,
 		broker.HeaderAttempts:      dl.Attempt,
 	}

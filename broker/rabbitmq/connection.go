@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,21 +122,80 @@ func (b *Backend) dial(ctx context.Context, name string) (*connection, error) {
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("rabbitmq: connect to %s: %w", b.safeURL, context.Cause(ctx))
 	}
+	return nil, b.dialFailure(err)
+}
+
+// dialFailure says why a dial failed, for a ctx that has not ended, without
+// the password. What amqp091 reports is kept under it, for errors.As.
+func (b *Backend) dialFailure(err error) error {
 	var amqpErr *amqp.Error
 	switch {
-	case errors.Is(err, amqp.ErrCredentials), errors.Is(err, amqp.ErrSASL):
-		return nil, fmt.Errorf("%w: %s refused the user name or password", ErrAccessRefused, b.safeURL)
-	case errors.Is(err, amqp.ErrVhost):
-		return nil, fmt.Errorf("%w: %s has no such virtual host, or the user may not use it", ErrAccessRefused, b.safeURL)
-	case errors.As(err, &amqpErr) && (amqpErr.Code == amqp.AccessRefused || amqpErr.Code == amqp.NotAllowed):
-		return nil, fmt.Errorf("%w: %s: %s", ErrAccessRefused, b.safeURL, amqpErr.Reason)
+	case errors.Is(err, amqp.ErrSASL):
+		return fmt.Errorf("%w: %s offers no authentication mechanism in common with this client", ErrAccessRefused, b.safeURL)
+	case errors.Is(err, amqp.ErrVhost) || errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotAllowed:
+		return b.vhostRefused(err)
+	case errors.Is(err, amqp.ErrCredentials) || errors.As(err, &amqpErr) && amqpErr.Code == amqp.AccessRefused:
+		return fmt.Errorf("%w: %s refused the user name or password", ErrAccessRefused, b.safeURL)
+	case errors.As(err, &amqpErr) && !amqpErr.Server && (amqpErr.Code == amqp.FrameError || amqpErr.Code == amqp.SyntaxError):
+		return &dialError{err: err, text: fmt.Sprintf("rabbitmq: the peer at %s did not speak AMQP 0-9-1 (%s): "+
+			"is that a RabbitMQ AMQP port (5672, or 5671 for amqps://)?", b.safeURL, scrub(errors.New(innermost(amqpErr.Reason)), b.url))}
 	}
 	var netErr net.Error
 	if errors.As(err, &netErr) || errors.Is(err, net.ErrClosed) {
-		return nil, fmt.Errorf("rabbitmq: cannot reach %s (is the broker running? start one with "+
+		return fmt.Errorf("rabbitmq: cannot reach %s (is the broker running? start one with "+
 			"`rabbitmq-server -detached`, or point QUEUEY_AMQP_URL elsewhere): %v", b.safeURL, scrub(err, b.url))
 	}
-	return nil, fmt.Errorf("rabbitmq: connect to %s: %v", b.safeURL, scrub(err, b.url))
+	return fmt.Errorf("rabbitmq: connect to %s: %v", b.safeURL, scrub(err, b.url))
+}
+
+// vhostRefused reports the broker's refusal of the URL's virtual host
+// (530 NOT_ALLOWED on connection.open, or amqp091's ErrVhost when the
+// broker closed the socket without a word): the vhost does not exist, the
+// user may not use it, or one of its connection limits is reached, as the
+// broker's reason says. It is not ErrAccessRefused, which is for the
+// credentials.
+func (b *Backend) vhostRefused(err error) error {
+	var vhost, user string
+	if uri, perr := amqp.ParseURI(b.url); perr == nil {
+		vhost, user = uri.Vhost, uri.Username
+	}
+	reason := err.Error()
+	var amqpErr *amqp.Error
+	if errors.As(err, &amqpErr) {
+		reason = amqpErr.Reason
+	}
+	return &dialError{err: err, text: fmt.Sprintf("rabbitmq: %s: the virtual host %q does not exist or is not accessible to user %q (the broker said: %s)",
+		b.safeURL, vhost, user, scrub(errors.New(reason), b.url))}
+}
+
+// dialError is a failed dial said in words of its own, with the error from
+// below kept for errors.As (an *amqp.Error) but not repeated in the text.
+type dialError struct {
+	text string
+	err  error
+}
+
+// Error is the dial's failure in words of its own.
+func (e *dialError) Error() string { return e.text }
+
+// Unwrap is the error from below.
+func (e *dialError) Unwrap() error { return e.err }
+
+// innermost takes the reason out of amqp091's "Exception (501) Reason:
+// ..." texts, which it nests when it wraps one error in another.
+func innermost(reason string) string {
+	for strings.HasPrefix(reason, "Exception (") {
+		_, quoted, ok := strings.Cut(reason, "Reason: ")
+		if !ok {
+			break
+		}
+		unquoted, err := strconv.Unquote(quoted)
+		if err != nil {
+			break
+		}
+		reason = unquoted
+	}
+	return reason
 }
 
 // scrub makes sure an error from below carries no credentials.
@@ -730,14 +790,41 @@ func (s *session) declare(ctx context.Context, name string, durable bool, args a
 	})
 	var amqpErr *amqp.Error
 	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.PreconditionFailed {
-		return fmt.Errorf("%w: queue %q exists with other arguments than %v (%s); "+
-			"drain and delete it, or declare it as it is (for x-max-priority: set the Queue's MaxPriority to match, or NoPriorities)",
-			broker.ErrPreconditionFailed, name, args, amqpErr.Reason)
+		return inequivalent(name, amqpErr.Reason)
 	}
 	if err != nil {
 		return lostOr(err)
 	}
 	return nil
+}
+
+// inequivalent explains a declaration of queue name that the broker
+// refused with PRECONDITION_FAILED, reason being its text: "inequivalent
+// arg 'durable' for queue 'q' in vhost '/': received 'false' but current
+// is 'true'". The hint is for the argument named there.
+func inequivalent(name, reason string) error {
+	var arg string
+	if _, rest, ok := strings.Cut(reason, "inequivalent arg '"); ok {
+		arg, _, _ = strings.Cut(rest, "'")
+	}
+	differs := "other arguments"
+	if arg != "" {
+		differs = "another '" + arg + "'"
+	}
+	var hint string
+	switch arg {
+	case "durable":
+		hint = "set the Queue's Transient to match: false for a durable queue, true for a transient one " +
+			"(a dead-letter queue is durable whatever Transient says)"
+	case "x-max-priority":
+		hint = "set the Queue's MaxPriority to match, or NoPriorities for a queue without priorities"
+	case "x-message-ttl":
+		hint = "set the Queue's MessageTTL to match, or to 0 for a queue without one"
+	default:
+		hint = "it was declared otherwise than queuey declares it, by another program or by hand"
+	}
+	return fmt.Errorf("%w: queue %q exists with %s (%s); drain and delete it, or declare it as it is: %s",
+		broker.ErrPreconditionFailed, name, differs, reason, hint)
 }
 
 // depth passive-declares queue on a channel of its own: a missing queue

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,7 +38,7 @@ func TestRefusedCredentialsAreReportedOnceWithoutThePassword(t *testing.T) {
 		name, url string
 	}{
 		{"wrong password", "amqp://guest:" + sentinel + "@127.0.0.1:5672/"},
-		{"missing vhost", "amqp://guest:guest@127.0.0.1:5672/no-such-vhost"},
+		// A missing vhost is not ErrAccessRefused: see TestAMissingVhostIsNotCalledARefusedPassword.
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
@@ -1214,5 +1215,99 @@ func TestAConsumerLostWhileItIsStoppedReportsTheLoss(t *testing.T) {
 	<-stopped
 	if err := c.Err(); !errors.Is(err, rabbitmq.ErrConnectionLost) {
 		t.Errorf("Err after a loss during the stop = %v, want ErrConnectionLost", err)
+	}
+}
+
+// TestAPeerThatDoesNotSpeakAMQPIsSaidOnce: a peer that answers the AMQP
+// header with something else (an HTTP server, here) is named, its URL
+// redacted, as one that does not speak AMQP 0-9-1, once; the amqp091
+// error stays under it for errors.As.
+func TestAPeerThatDoesNotSpeakAMQPIsSaidOnce(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var served sync.WaitGroup
+	t.Cleanup(func() { l.Close(); served.Wait() })
+	served.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			// Read the client's protocol header first: a close before it
+			// is written would fail the write, not the handshake.
+			_, _ = io.ReadFull(c, make([]byte, 8))
+			_, _ = c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"))
+			c.Close()
+		}
+	})
+	url := "amqp://guest:" + sentinel + "@" + l.Addr().String() + "/"
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	b, err := rabbitmq.Dial(ctx, url, nil)
+	if err == nil {
+		b.Close()
+		t.Fatal("Dial succeeded")
+	}
+	var amqpErr *amqp.Error
+	text := err.Error()
+	if !strings.Contains(text, "the peer at "+rabbitmq.Redact(url)+" did not speak AMQP 0-9-1") ||
+		strings.Count(text, "Exception") > 1 || strings.Contains(text, sentinel) || !errors.As(err, &amqpErr) {
+		t.Errorf("Dial of an HTTP server: %q (amqp091's error under it: %v); want it said once that the peer at %s did not speak AMQP 0-9-1",
+			text, amqpErr != nil, rabbitmq.Redact(url))
+	}
+}
+
+// TestAMissingVhostIsNotCalledARefusedPassword: RabbitMQ refuses the
+// connection.open of a vhost that does not exist (or that the user may not
+// use) with 530 NOT_ALLOWED; that is said, and it is not ErrAccessRefused,
+// which is for the credentials.
+func TestAMissingVhostIsNotCalledARefusedPassword(t *testing.T) {
+	u, err := url.Parse(rabbittest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vhost := "no-such-vhost-" + unique("vh")
+	u.Path = "/" + vhost
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	b, err := rabbitmq.Dial(ctx, u.String(), &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err == nil {
+		b.Close()
+		t.Fatal("Dial succeeded")
+	}
+	var amqpErr *amqp.Error
+	text := err.Error()
+	if errors.Is(err, rabbitmq.ErrAccessRefused) || strings.Contains(text, "password") ||
+		!strings.Contains(text, fmt.Sprintf("virtual host %q does not exist or is not accessible to user", vhost)) ||
+		!errors.As(err, &amqpErr) || amqpErr.Code != amqp.NotAllowed {
+		t.Errorf("Dial of a missing vhost: %q; want it said that the vhost does not exist or is not accessible, "+
+			"not ErrAccessRefused, and the broker's 530 under it", text)
+	}
+}
+
+// TestAChangedDurabilityIsExplainedAsSuch: a queue declared durable by
+// someone else, and transient by the backend, is refused with a hint about
+// durability (Queue.Transient), not about x-max-priority.
+func TestAChangedDurabilityIsExplainedAsSuch(t *testing.T) {
+	prefix := unique("durable")
+	name := prefix + ".work"
+	t.Cleanup(func() { rabbittest.DeleteQueues(t, name, name+".dead") })
+	ch := rawChannel(t)
+	if _, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{"x-max-priority": int64(10)}); err != nil {
+		t.Fatal(err)
+	}
+	b := rabbittest.Dial(t, nil)
+	defer b.Close()
+	set := queuey.QueueSet{Prefix: prefix, Queues: []queuey.Queue{{Name: "work", Transient: true}}}
+	_, err := queuey.NewProducer(t.Context(), b, set, nil)
+	if err == nil {
+		t.Fatal("a transient declaration of a durable queue succeeded")
+	}
+	text := err.Error()
+	if !errors.Is(err, broker.ErrPreconditionFailed) || !strings.Contains(text, "'durable'") ||
+		!strings.Contains(text, "Transient") || strings.Contains(text, "x-max-priority") || strings.Contains(text, "MaxPriority") {
+		t.Errorf("got %q, want ErrPreconditionFailed naming 'durable' and Queue.Transient, and no word of x-max-priority", text)
 	}
 }

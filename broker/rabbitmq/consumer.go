@@ -221,7 +221,10 @@ func (d *delivery) settleErr(err error) error {
 // message reads a delivery back into a broker.Message: the properties of
 // ARCHITECTURE.md §1 ("Wire format"), and the string form of the other
 // headers, without the ones the broker adds on dead-lettering (x-death
-// and friends; x-death says the message came back from a hold queue).
+// and friends; x-death says the message came back from a hold queue) and
+// without CC and BCC: the broker routed the message by them already, and
+// a copy that carried them would be routed again (or, as a string,
+// refused, closing the channel that published it).
 func message(queue string, d amqp.Delivery) broker.Message {
 	m := broker.Message{
 		Queue:         queue,
@@ -247,6 +250,7 @@ func message(queue string, d amqp.Delivery) broker.Message {
 		case k == "x-death":
 			m.FromHold = true
 		case strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-"):
+		case k == "CC" || k == "BCC":
 		default:
 			if m.Headers == nil {
 				m.Headers = map[string]string{}

@@ -64,24 +64,75 @@ func (o *Options) withDefaults() Options {
 }
 
 // Redact returns rawURL with its password replaced by "xxxxx", for logs and
-// errors. A URL that does not parse is replaced whole.
+// errors. Whatever looks like user:password@host is redacted, with a
+// scheme or without, and where url.Parse fails or reads it otherwise
+// ("guest:pw@host" parses as a URL of scheme "guest"). A URL that does not
+// parse and holds no user:password@ is replaced whole.
 func Redact(rawURL string) string {
 	u, err := url.Parse(rawURL)
-	if err != nil {
+	if err == nil && u.Opaque == "" && (u.User != nil || !strings.Contains(rawURL, "@")) {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+		return u.String()
+	}
+	start, end, ok := passwordSpan(rawURL)
+	switch {
+	case ok:
+		return rawURL[:start] + "xxxxx" + rawURL[end:]
+	case err != nil:
 		return "(unparseable AMQP URL)"
 	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
+	return rawURL
 }
 
-// containsSecret reports whether s quotes rawURL's password.
+// passwordSpan finds, as text, the password of a URL url.Parse may not
+// read: what follows the user name's colon up to the last '@' (a password
+// may hold an '@' or a '/' it should have escaped), after the scheme's
+// "://" when it has one. ok is false when there is no user:password@.
+func passwordSpan(rawURL string) (start, end int, ok bool) {
+	from := 0
+	if i := strings.Index(rawURL, "://"); i > 0 && isScheme(rawURL[:i]) {
+		from = i + len("://")
+	} else if strings.HasPrefix(rawURL, "//") {
+		from = len("//")
+	}
+	at := strings.LastIndexByte(rawURL[from:], '@')
+	if at < 0 {
+		return 0, 0, false
+	}
+	colon := strings.IndexByte(rawURL[from:from+at], ':')
+	if colon < 0 {
+		return 0, 0, false
+	}
+	return from + colon + 1, from + at, true
+}
+
+// isScheme reports whether s is a URL scheme: a letter, then letters,
+// digits, '+', '-' or '.'.
+func isScheme(s string) bool {
+	for i, c := range []byte(s) {
+		letter := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+		if !letter && (i == 0 || !('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.')) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// containsSecret reports whether s quotes rawURL's password, as url.Parse
+// reads it or as passwordSpan finds it, or the whole of a URL that does
+// not parse.
 func containsSecret(s, rawURL string) bool {
 	u, err := url.Parse(rawURL)
-	if err != nil {
-		return strings.Contains(s, rawURL)
+	if err != nil && strings.Contains(s, rawURL) {
+		return true
 	}
-	pw, has := u.User.Password()
-	return has && pw != "" && strings.Contains(s, pw)
+	if err == nil {
+		if pw, has := u.User.Password(); has && pw != "" && strings.Contains(s, pw) {
+			return true
+		}
+	}
+	start, end, ok := passwordSpan(rawURL)
+	return ok && start < end && strings.Contains(s, rawURL[start:end])
 }

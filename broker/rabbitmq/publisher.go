@@ -176,6 +176,9 @@ func (p *publisher) publish(ctx context.Context, queue string, pub amqp.Publishi
 // returns where its outcome will come (see wait). A write the broker does
 // not take ends soon after ctx does (session.guard).
 func (p *publisher) send(ctx context.Context, queue string, pub amqp.Publishing) (confirmed <-chan error, _ error) {
+	if err := fitsAFrame(pub, p.s.conn.Config.FrameSize); err != nil {
+		return nil, fmt.Errorf("publish to %q: %w", queue, err)
+	}
 	var dc *amqp.DeferredConfirmation
 	err := p.s.guard(ctx, callWrite, "publish to", queue, func() (err error) {
 		dc, err = p.ch.PublishWithDeferredConfirm("", queue, true, false, pub)
@@ -194,6 +197,43 @@ func (p *publisher) send(ctx context.Context, queue string, pub amqp.Publishing)
 	}
 	p.mu.Unlock()
 	return done, nil
+}
+
+// fitsAFrame refuses, before anything is written, a publish that AMQP
+// cannot carry: a short string (message id, correlation id, type, a
+// header's name) over 255 bytes, or properties larger than the
+// connection's frame size. Either, once on the wire, would end the
+// connection, and the publish would be tried again on the next one, for
+// ever.
+func fitsAFrame(pub amqp.Publishing, frameSize int) error {
+	for _, f := range []struct{ name, v string }{{"message id", pub.MessageId}, {"correlation id", pub.CorrelationId}, {"type", pub.Type}} {
+		if len(f.v) > 255 {
+			return fmt.Errorf("%w: its %s is %d bytes long; AMQP takes 255", ErrUnencodable, f.name, len(f.v))
+		}
+	}
+	size := 256 // the frame's header and the other properties, generously
+	for k, v := range pub.Headers {
+		if len(k) > 255 {
+			return fmt.Errorf("%w: its header name %.40q… is %d bytes long; AMQP takes 255", ErrUnencodable, k, len(k))
+		}
+		size += 1 + len(k) + 5 + headerValueSize(v)
+	}
+	if frameSize > 0 && size > frameSize {
+		return fmt.Errorf("%w: its headers take about %d bytes, over the connection's frame size of %d", ErrUnencodable, size, frameSize)
+	}
+	return nil
+}
+
+// headerValueSize is about what a header value takes on the wire: its
+// length for text, generously more than a number takes for the rest.
+func headerValueSize(v any) int {
+	switch v := v.(type) {
+	case string:
+		return len(v)
+	case []byte:
+		return len(v)
+	}
+	return 64
 }
 
 // wait waits for the outcome of a publish to queue that send started.

@@ -3,6 +3,7 @@ package rabbitmq_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,8 +11,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -602,4 +605,98 @@ func blockPublishing(t *testing.T, b *rabbitmq.Backend, q string) (restore func(
 		t.Fatalf("publish under a memory alarm: got %v, want ErrBlocked", err)
 	}
 	return restore
+}
+
+// countingHandler is a slog.Handler that counts the records whose message
+// contains text, and drops every record.
+type countingHandler struct {
+	text string
+	n    *atomic.Int64
+}
+
+func (h countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h countingHandler) WithGroup(string) slog.Handler            { return h }
+func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.text) {
+		h.n.Add(1)
+	}
+	return nil
+}
+
+// rawEnvelope is a body as another producer might write it, edited.
+func rawEnvelope(queue string, edit func(map[string]any)) []byte {
+	m := map[string]any{
+		"job_id": broker.NewJobID(), "job_type": "job", "queue": queue, "attempt": 1,
+		"enqueued_at_ms": time.Now().UnixMilli(), "payload": map[string]any{"name": "raw"},
+	}
+	edit(m)
+	b, err := json.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// Values past AMQP's limits, from the wire or from a handler, are refused
+// or cut where they would have to travel in a frame; none of them takes
+// the connection down, and each dead letter is published once.
+func TestValuesPastAMQPLimitsAreDeadLetteredWithoutLosingTheConnection(t *testing.T) {
+	var lost atomic.Int64
+	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 4}, &rabbitmq.Options{Logger: slog.New(countingHandler{text: "connection lost", n: &lost})})
+	q := r.prefix + ".work"
+	ch := rawChannel(t)
+	huge := strings.Repeat("é", 100_000) // 200 KB
+	bodies := map[string][]byte{
+		"huge-type": rawEnvelope(q, func(m map[string]any) { m["job_type"] = huge }),
+		"huge-id":   rawEnvelope(q, func(m map[string]any) { m["job_id"] = huge }),
+		"long-corr": rawEnvelope(q, func(m map[string]any) { m["correlation_id"] = strings.Repeat("c", 300) }),
+	}
+	for id, body := range bodies {
+		if err := ch.Publish("", q, false, false, amqp.Publishing{MessageId: id, Body: body}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bigError := r.enqueue(job{Name: huge, Fatal: true}) // its error text is 200 KB
+	r.enqueue(job{Name: "fine"})
+	r.start(2)
+	r.until("the fine job", 30*time.Second, func(runs []run) bool { return slices.ContainsFunc(runs, func(r run) bool { return r.Name == "fine" }) })
+	reasons := readDeadLetters(t, r.backend, q, 4, 30*time.Second)
+	for _, id := range []string{"huge-type", "huge-id", "long-corr", bigError} {
+		reason, ok := reasons[id]
+		if !ok || len(reason) > broker.MaxReasonBytes || !utf8.ValidString(reason) {
+			t.Errorf("dead letter %.20s: reason of %d bytes (valid UTF-8 %v), present %v; want one of at most %d", id, len(reason), utf8.ValidString(reason), ok, broker.MaxReasonBytes)
+		}
+	}
+	if !strings.HasPrefix(reasons["long-corr"], "malformed envelope: correlation_id") {
+		t.Errorf("long correlation id: reason %q, want a malformed envelope naming correlation_id", reasons["long-corr"])
+	}
+	if n := lost.Load(); n != 0 {
+		t.Errorf("the backend lost its connection %d times, want 0", n)
+	}
+}
+
+// A raw body carrying a CC header (RabbitMQ's sender-selected
+// distribution) is dead-lettered once, without the header: copied as a
+// string, the broker refused it, and the delivery came back for ever.
+func TestABodyWithACCHeaderIsDeadLetteredOnce(t *testing.T) {
+	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 1}, nil)
+	q := r.prefix + ".work"
+	other := r.prefix + ".elsewhere"
+	if _, err := rawChannel(t).QueueDeclare(other, false, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	headers := amqp.Table{"CC": []any{other}, "x-tenant": "acme"}
+	if err := rawChannel(t).Publish("", q, false, false, amqp.Publishing{MessageId: "cc", Headers: headers, Body: []byte("not an envelope")}); err != nil {
+		t.Fatal(err)
+	}
+	r.enqueue(job{Name: "fine"})
+	r.start(1)
+	r.wait(30 * time.Second)
+	if reasons := readDeadLetters(t, r.backend, q, 1, 30*time.Second); !strings.HasPrefix(reasons["cc"], "malformed envelope") {
+		t.Errorf("dead letters: %q, want the CC message, malformed", reasons)
+	}
+	if n, err := r.backend.Depth(t.Context(), other); err != nil || n != 1 {
+		t.Errorf("the CC'd queue holds %d (%v), want only the broker's own copy of the first publish", n, err)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/queuey-go/queuey"
@@ -148,8 +149,10 @@ func (c *command) usageError(err error) int {
 	return exitUsage
 }
 
+// fail reports a runtime error. Its text may quote the broker or a dead
+// letter: it is escaped as wire text is (printableLines).
 func (c *command) fail(err error) int {
-	fmt.Fprintf(c.stderr, "%s: %v\n", c.fs.Name(), err)
+	fmt.Fprintf(c.stderr, "%s: %s\n", c.fs.Name(), printableLines(err.Error()))
 	return exitError
 }
 
@@ -175,12 +178,8 @@ func deadList(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return c.fail(err)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetEscapeHTML(false)
-		for _, d := range list {
-			if err := enc.Encode(jsonOf(d)); err != nil {
-				return c.fail(err)
-			}
+		if err := printJSON(stdout, list); err != nil {
+			return c.fail(err)
 		}
 		return exitOK
 	}
@@ -192,7 +191,7 @@ func deadList(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tKIND\tREASON\tATTEMPTS\tAGE")
 	for _, d := range list {
-		id, kind, age := d.ID, d.Kind, formatAge(d.Age)
+		id, kind, age := printable(d.ID), printable(d.Kind), formatAge(d.Age)
 		if d.Malformed {
 			id, kind, age = "-", "(malformed)", "-"
 		}
@@ -223,6 +222,21 @@ type jsonDeadLetter struct {
 	Headers       map[string]string `json:"headers,omitempty"`
 	Malformed     bool              `json:"malformed,omitempty"`
 	Body          string            `json:"body,omitempty"` // only for a malformed one
+}
+
+// printJSON writes list as list -json does: a JSON object a line, with
+// what a terminal would act on escaped (jsonSafe).
+func printJSON(w io.Writer, list []queuey.DeadLetter) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	for _, d := range list {
+		if err := enc.Encode(jsonOf(d)); err != nil {
+			return err
+		}
+	}
+	_, err := w.Write(jsonSafe(buf.Bytes()))
+	return err
 }
 
 func jsonOf(d queuey.DeadLetter) jsonDeadLetter {
@@ -261,27 +275,36 @@ func deadShow(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		return c.fail(err)
 	}
-	fmt.Fprintf(stdout, "id:          %s\n", d.ID)
-	fmt.Fprintf(stdout, "kind:        %s\n", d.Kind)
-	fmt.Fprintf(stdout, "queue:       %s (dead letters in %s)\n", t.brokerName(), broker.DeadQueueName(t.brokerName()))
-	fmt.Fprintf(stdout, "reason:      %s\n", d.Reason)
-	fmt.Fprintf(stdout, "attempts:    %d\n", d.Attempts)
-	fmt.Fprintf(stdout, "enqueued at: %s (%s ago)\n", d.EnqueuedAt.UTC().Format(time.RFC3339Nano), formatAge(d.Age))
+	printDeadLetter(stdout, d, t.brokerName())
+	return exitOK
+}
+
+// printDeadLetter writes what show says of d, a dead letter of queue. What
+// comes from the wire is escaped (printable), one field a line.
+func printDeadLetter(w io.Writer, d queuey.DeadLetter, queue string) {
+	fmt.Fprintf(w, "id:          %s\n", printable(d.ID))
+	fmt.Fprintf(w, "kind:        %s\n", printable(d.Kind))
+	fmt.Fprintf(w, "queue:       %s (dead letters in %s)\n", queue, broker.DeadQueueName(queue))
+	fmt.Fprintf(w, "reason:      %s\n", printable(d.Reason))
+	fmt.Fprintf(w, "attempts:    %d\n", d.Attempts)
+	fmt.Fprintf(w, "enqueued at: %s (%s ago)\n", d.EnqueuedAt.UTC().Format(time.RFC3339Nano), formatAge(d.Age))
 	if d.CorrelationID != "" {
-		fmt.Fprintf(stdout, "correlation: %s\n", d.CorrelationID)
+		fmt.Fprintf(w, "correlation: %s\n", printable(d.CorrelationID))
 	}
-	fmt.Fprintln(stdout, "headers:")
+	fmt.Fprintln(w, "headers:")
 	for _, k := range slices.Sorted(maps.Keys(d.Headers)) {
-		fmt.Fprintf(stdout, "  %s: %s\n", k, d.Headers[k])
+		fmt.Fprintf(w, "  %s: %s\n", printable(k), printable(d.Headers[k]))
 	}
-	fmt.Fprintln(stdout, "payload:")
+	fmt.Fprintln(w, "payload:")
 	var pretty bytes.Buffer
 	if err := json.Indent(&pretty, d.Payload, "  ", "  "); err != nil {
-		pretty.Reset()
-		pretty.Write(d.Payload) // not JSON after all: as it is
+		// Not JSON after all: as it is, on one line.
+		fmt.Fprintf(w, "  %s\n", printable(string(d.Payload)))
+		return
 	}
-	fmt.Fprintf(stdout, "  %s\n", pretty.Bytes())
-	return exitOK
+	// Its newlines are json.Indent's, or trailing whitespace: a JSON
+	// string holds no raw newline.
+	fmt.Fprintf(w, "  %s\n", printableLines(pretty.String()))
 }
 
 func deadReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -463,9 +486,10 @@ func ask(ctx context.Context, stdin io.Reader, stderr io.Writer, prompt string) 
 // reasonWidth is where list cuts a reason short.
 const reasonWidth = 60
 
-// truncate puts s on one line and cuts it to width runes, with an ellipsis.
+// truncate puts s on one line, escaped (printable), and cuts it to width
+// runes, with an ellipsis.
 func truncate(s string, width int) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = printable(strings.Join(strings.Fields(s), " "))
 	if utf8.RuneCountInString(s) <= width {
 		return s
 	}
@@ -497,4 +521,94 @@ func count(n int) string {
 		return "1 dead letter"
 	}
 	return fmt.Sprintf("%d dead letters", n)
+}
+
+// printable returns s, which came from the wire, fit to print on one line
+// of a terminal: what a terminal would act on is written as a Go-style
+// escape. That is the C0 controls (ESC as \x1b, BEL as \a, a newline as
+// \n, a tab as \t), DEL (\x7f), the C1 controls U+0080-U+009F (\u009b,
+// which some terminals take as ESC [), the bidirectional controls and the
+// line and paragraph separators, which would reorder or break a line
+// (\u202e), and each byte of invalid UTF-8 (\xff). Printable text, é and
+// 日本 as much as a backslash, is kept as it is.
+func printable(s string) string {
+	if !slices.ContainsFunc([]byte(s), func(c byte) bool { return c < 0x20 || c >= 0x7f }) {
+		return s // printable ASCII, the usual case
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r < 0x20 || r == 0x7f:
+			b.WriteString(controlEscape(r))
+		case unsafeRune(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
+// printableLines is printable for text of several lines: its newlines are
+// kept, everything else is escaped.
+func printableLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = printable(l)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// controlEscape is the Go escape of a C0 control or DEL.
+func controlEscape(r rune) string {
+	switch r {
+	case '\a':
+		return `\a`
+	case '\b':
+		return `\b`
+	case '\f':
+		return `\f`
+	case '\n':
+		return `\n`
+	case '\r':
+		return `\r`
+	case '\t':
+		return `\t`
+	case '\v':
+		return `\v`
+	}
+	return fmt.Sprintf(`\x%02x`, r)
+}
+
+// unsafeRune reports a rune past ASCII that printable escapes: a C1
+// control, a bidirectional control, a line or paragraph separator.
+func unsafeRune(r rune) bool {
+	return r >= 0x80 && r <= 0x9f || r == '\u2028' || r == '\u2029' || unicode.Is(unicode.Bidi_Control, r)
+}
+
+// jsonSafe escapes, in encoding/json's output, what it leaves raw and a
+// terminal would act on: DEL, the C1 controls and the runes unsafeRune
+// names become \u escapes, which mean the same in a JSON string; invalid
+// UTF-8 becomes \ufffd, as encoding/json writes it in a string. Outside
+// its strings, encoding/json writes only ASCII, and no control but the
+// newline that ends each value.
+func jsonSafe(b []byte) []byte {
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			out = append(out, `\ufffd`...)
+		case r < 0x20 && r != '\n' || r == 0x7f || unsafeRune(r):
+			out = fmt.Appendf(out, `\u%04x`, r)
+		default:
+			out = append(out, b[i:i+n]...)
+		}
+		i += n
+	}
+	return out
 }

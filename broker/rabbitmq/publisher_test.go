@@ -1,0 +1,47 @@
+package rabbitmq_test
+
+import (
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/broker/rabbitmq"
+	"github.com/queuey-go/queuey/broker/rabbitmq/rabbittest"
+)
+
+// A publish AMQP cannot carry is refused before it is written, and the
+// connection stays: written, amqp091 would fail mid-frame or the broker
+// would close the connection, and the publish would be tried again on the
+// next one.
+func TestAPublishPastAMQPLimitsIsRefusedAndTheConnectionStays(t *testing.T) {
+	var lost atomic.Int64
+	b := rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(countingHandler{text: "connection lost", n: &lost})})
+	defer b.Close()
+	q := unique("limits") + ".work"
+	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rabbittest.DeleteQueues(t, q, broker.DeadQueueName(q)) })
+	ok := broker.Message{Queue: q, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
+	for name, edit := range map[string]func(*broker.Message){
+		"correlation id of 300 bytes": func(m *broker.Message) { m.CorrelationID = strings.Repeat("c", 300) },
+		"message id of 300 bytes":     func(m *broker.Message) { m.ID = strings.Repeat("i", 300) },
+		"a header of 200 KB":          func(m *broker.Message) { m.Headers = map[string]string{"x-big": strings.Repeat("h", 200_000)} },
+		"a header name of 300 bytes":  func(m *broker.Message) { m.Headers = map[string]string{strings.Repeat("k", 300): "v"} },
+	} {
+		bad := ok
+		edit(&bad)
+		if err := b.Publish(t.Context(), bad); !errors.Is(err, rabbitmq.ErrUnencodable) {
+			t.Errorf("%s: Publish error = %v, want ErrUnencodable", name, err)
+		}
+		if err := b.Publish(t.Context(), ok); err != nil {
+			t.Errorf("%s: the next publish: %v", name, err)
+		}
+	}
+	if n := lost.Load(); n != 0 {
+		t.Errorf("the connection was lost %d times, want 0", n)
+	}
+}
