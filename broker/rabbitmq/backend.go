@@ -64,7 +64,8 @@ type Backend struct {
 	pub, sub     link
 	subStarted   bool
 	declared     map[string]broker.QueueSpec
-	holdDeclared map[string]time.Time // hold queue → when its last declare started
+	holdDeclared map[string]time.Time   // hold queue → when its last declare started
+	workChecks   map[string]*workChecks // work queue → its checks for Hold (workcheck.go)
 }
 
 // link is one of the backend's connections, as its connection actor
@@ -92,6 +93,7 @@ func Dial(ctx context.Context, rawURL string, opts *Options) (*Backend, error) {
 		sub:          link{role: "consume", name: o.ConnectionName + " (consume)", ready: make(chan struct{})},
 		declared:     map[string]broker.QueueSpec{},
 		holdDeclared: map[string]time.Time{},
+		workChecks:   map[string]*workChecks{},
 	}
 	u, err := url.Parse(rawURL)
 	switch {
@@ -250,6 +252,9 @@ func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duratio
 	}
 	hold := broker.HoldQueueName(msg.Queue, ttl)
 	if err := b.declareHold(ctx, hold, spec, ttl); err != nil {
+		return err
+	}
+	if err := b.ensureWorkQueue(ctx, spec); err != nil {
 		return err
 	}
 	err := b.publish(ctx, hold, publishing(msg, nil))

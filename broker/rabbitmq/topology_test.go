@@ -175,3 +175,48 @@ func TestADeletedHoldQueueIsDeclaredAgainAtOnce(t *testing.T) {
 		t.Errorf("hold after the hold queue was deleted: %v", err)
 	}
 }
+
+// A job held while its work queue is gone (deleted by an operator, or not
+// declared again yet) is not reported held for nothing: when its wait
+// ended, the broker would dead-letter it to a queue that does not exist
+// and drop it. The work queue is declared again, as the producer knows it.
+func TestAJobHeldWhileItsWorkQueueIsGoneArrives(t *testing.T) {
+	prefix := unique("holdgone")
+	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	b := rabbittest.Dial(t, nil)
+	defer b.Close()
+	set := queuey.QueueSet{Prefix: prefix, Queues: []queuey.Queue{{Name: "emails"}}, DeferGranularity: 100 * time.Millisecond}
+	p, err := queuey.NewProducer(t.Context(), b, set, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := prefix + ".emails"
+	if _, err := rawChannel(t).QueueDelete(q, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	for i := range n {
+		var err error
+		if i%2 == 0 {
+			_, err = p.EnqueueAfter(t.Context(), topoJob{}, 200*time.Millisecond)
+		} else {
+			_, err = p.Defer(t.Context(), topoJob{}, 200*time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("hold %d: %v", i, err)
+		}
+	}
+	c, err := b.Consume(t.Context(), q, n)
+	if err != nil {
+		t.Fatalf("consume the work queue: %v", err)
+	}
+	defer c.Cancel()
+	deadline := time.After(15 * time.Second)
+	for got := 0; got < n; got++ {
+		select {
+		case <-c.Deliveries():
+		case <-deadline:
+			t.Fatalf("%d of the %d jobs held while their work queue was gone arrived", got, n)
+		}
+	}
+}
