@@ -164,9 +164,9 @@ func (dl *DeadLetters) Replay(ctx context.Context, name string, opts ReplayOptio
 		var err error
 		if opts.After > 0 {
 			env.Priority = q.maxPriority
-			_, err = dl.producer.hold(ctx, env, opts.After, holdDefer, OpDefer)
+			_, err = dl.producer.hold(ctx, env, opts.After, holdDefer, OpDefer, carriedHeaders(d.Headers))
 		} else {
-			err = dl.producer.publish(ctx, env, true)
+			err = dl.producer.publish(ctx, env, true, carriedHeaders(d.Headers))
 		}
 		if err != nil {
 			return false, fmt.Errorf("replay %s: %w", d.ID, err)

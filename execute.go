@@ -112,6 +112,9 @@ func (w *Worker) process(t task) settlement {
 	}
 	ctx, finish := w.deliverHook(t.ctx, t.q, msg, env, &jc, decodeErr, started)
 	s := w.execute(ctx, t, msg, env, jc, decodeErr)
+	if s.msg.Headers == nil && s.action != actAck && s.action != actRequeue {
+		s.msg.Headers = carriedHeaders(msg.Headers)
+	}
 	s.ctx, s.d, s.q, s.finish, s.reports = ctx, t.d, t.q, finish, t.reports
 	return s
 }

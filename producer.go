@@ -109,20 +109,22 @@ func (p *Producer) Enqueue(ctx context.Context, job Job, opts ...EnqueueOption) 
 	if err != nil {
 		return "", err
 	}
-	if err := p.publish(ctx, env, false); err != nil {
+	if err := p.publish(ctx, env, false, nil); err != nil {
 		return "", err
 	}
 	return env.JobID, nil
 }
 
-// publish puts env on its queue now, confirmed. A job is due when it is
-// enqueued (broker.Message.DueAt); a publish that is not its job's enqueue
-// (a replay) stamps the time of the publish as the due time.
-func (p *Producer) publish(ctx context.Context, env broker.Envelope, stampNow bool) error {
+// publish puts env on its queue now, confirmed, with headers (a replayed
+// job's own; nil for a new one). A job is due when it is enqueued
+// (broker.Message.DueAt); a publish that is not its job's enqueue (a
+// replay) stamps the time of the publish as the due time.
+func (p *Producer) publish(ctx context.Context, env broker.Envelope, stampNow bool, headers map[string]string) error {
 	msg, err := p.message(env)
 	if err != nil {
 		return err
 	}
+	msg.Headers = headers
 	if stampNow {
 		stampDue(&msg, p.clock.Now())
 	}
@@ -222,7 +224,7 @@ func (p *Producer) EnqueueAfter(ctx context.Context, job Job, d time.Duration, o
 	if err != nil {
 		return "", err
 	}
-	return p.hold(ctx, env, d, holdDelay, OpEnqueueAfter)
+	return p.hold(ctx, env, d, holdDelay, OpEnqueueAfter, nil)
 }
 
 // Defer publishes job to wait d (rounded up to the queue set's
@@ -235,14 +237,15 @@ func (p *Producer) Defer(ctx context.Context, job Job, d time.Duration, opts ...
 		return "", err
 	}
 	env.Priority = q.maxPriority
-	return p.hold(ctx, env, d, holdDefer, OpDefer)
+	return p.hold(ctx, env, d, holdDefer, OpDefer, nil)
 }
 
-func (p *Producer) hold(ctx context.Context, env broker.Envelope, d time.Duration, kind holdKind, op PublishOp) (string, error) {
+func (p *Producer) hold(ctx context.Context, env broker.Envelope, d time.Duration, kind holdKind, op PublishOp, headers map[string]string) (string, error) {
 	msg, err := p.message(env)
 	if err != nil {
 		return "", err
 	}
+	msg.Headers = headers
 	done := p.hooks.publishing(ctx, p.backend.Name(), op, &msg, d, "")
 	err = p.holder.hold(ctx, msg, d, kind)
 	done(err)

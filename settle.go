@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/queuey-go/queuey/broker"
@@ -147,6 +148,26 @@ func deadLetterOf(log jobLog, msg broker.Message, why DeadLetterCause, reason st
 func original(env broker.Envelope) broker.Message {
 	m, _ := env.Message() // cannot fail for an envelope that just decoded
 	return m
+}
+
+// carriedHeaders are the headers of a delivery that the job's next
+// publish (a retry, a deferral, a dead letter, a replay) carries: those of
+// whoever published it (a tenant, a trace context), not the ones this
+// library writes afresh at every publish (x-queuey-*, a dead letter's
+// reason, queue and attempts). Nil when none is left.
+func carriedHeaders(delivered map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range delivered {
+		switch {
+		case strings.HasPrefix(k, "x-queuey-"), k == broker.HeaderDeathReason, k == broker.HeaderOriginalQueue, k == broker.HeaderAttempts:
+			continue
+		}
+		if out == nil {
+			out = make(map[string]string, len(delivered))
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // settle carries s out: its publish, then the ack. A failed publish comes
