@@ -2,14 +2,25 @@
 GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test demo lint fmt cover bench chaos
+.PHONY: test demo lint fmt cover bench chaos fuzz
 
-## test: the whole suite with the race detector (what CI runs)
+## test: the whole suite with the race detector (what CI runs), a short
+## fuzz of the envelope codec, then the fault tests
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+	$(MAKE) --no-print-directory fuzz
 	@echo "fault tests (they restart the broker, so they run alone):"
 	QUEUEY_FAULTS=1 $(GO) test -race -count=1 -p 1 -run '^TestFault' ./broker/rabbitmq/ ./chaos/
+
+## fuzz: the envelope's fast decoder and encoder against the strict
+## reference codec, FUZZTIME each (a failing input is kept under
+## broker/testdata/fuzz, where the plain tests replay it)
+FUZZTIME ?= 10s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEnvelopeFastPathMatchesReference$$' -fuzztime $(FUZZTIME) ./broker/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEnvelopeFieldsMatchReference$$' -fuzztime $(FUZZTIME) ./broker/
+	$(GO) test -run '^$$' -fuzz '^FuzzEncodeMatchesReference$$' -fuzztime $(FUZZTIME) ./broker/
 
 ## demo: the quick-start tour on the in-memory backend; no broker needed
 demo:

@@ -575,18 +575,13 @@ func (e Envelope) appendFast(dst []byte) ([]byte, bool) {
 	if len(e.Unknown) > 0 {
 		return nil, false
 	}
-	ok := true
-	str := func(dst []byte, s string) []byte {
-		dst, good := appendJSONString(dst, s)
-		ok = ok && good
-		return dst
-	}
+	var id, typ, queue, corr bool
 	dst = append(dst, `{"job_id":`...)
-	dst = str(dst, e.JobID)
+	dst, id = appendJSONString(dst, e.JobID)
 	dst = append(dst, `,"job_type":`...)
-	dst = str(dst, e.JobType)
+	dst, typ = appendJSONString(dst, e.JobType)
 	dst = append(dst, `,"queue":`...)
-	dst = str(dst, e.Queue)
+	dst, queue = appendJSONString(dst, e.Queue)
 	dst = append(dst, `,"attempt":`...)
 	dst = strconv.AppendUint(dst, uint64(e.Attempt), 10)
 	dst = append(dst, `,"enqueued_at_ms":`...)
@@ -600,10 +595,12 @@ func (e Envelope) appendFast(dst []byte) ([]byte, bool) {
 	if !valid {
 		return nil, false
 	}
+	corr = true
 	if e.CorrelationID != "" {
 		dst = append(dst, `,"correlation_id":`...)
-		dst = str(dst, e.CorrelationID)
+		dst, corr = appendJSONString(dst, e.CorrelationID)
 	}
+	ok := id && typ && queue && corr
 	return append(dst, '}'), ok
 }
 
