@@ -575,7 +575,7 @@ func (e Envelope) appendFast(dst []byte) ([]byte, bool) {
 	if len(e.Unknown) > 0 {
 		return nil, false
 	}
-	var id, typ, queue, corr bool
+	var id, typ, queue bool
 	dst = append(dst, `{"job_id":`...)
 	dst, id = appendJSONString(dst, e.JobID)
 	dst = append(dst, `,"job_type":`...)
@@ -595,13 +595,12 @@ func (e Envelope) appendFast(dst []byte) ([]byte, bool) {
 	if !valid {
 		return nil, false
 	}
-	corr = true
+	corr := true
 	if e.CorrelationID != "" {
 		dst = append(dst, `,"correlation_id":`...)
 		dst, corr = appendJSONString(dst, e.CorrelationID)
 	}
-	ok := id && typ && queue && corr
-	return append(dst, '}'), ok
+	return append(dst, '}'), id && typ && queue && corr
 }
 
 // appendPayload appends p compacted, null for nil, or returns ok false for
