@@ -25,6 +25,7 @@ type queueActor struct {
 	fail     context.CancelCauseFunc // stops the whole worker, for a closed backend
 	stopping context.Context         // ends when the worker starts to stop
 	inFlight *atomic.Int32           // the deliveries it holds, for Worker.InFlight
+	ran      bool                    // a run before this one, which crashed: its consumer lost, most often (declareAgain)
 }
 
 // errConsumerLost reports a consumer that ended on its own.
@@ -33,6 +34,11 @@ var errConsumerLost = errors.New("consumer ended unexpectedly")
 // errStopTimedOut is why running handlers are cancelled when a stop has
 // waited ShutdownTimeout for them.
 var errStopTimedOut = errors.New("the worker's stop ran out of time (ShutdownTimeout)")
+
+// declareAgainTimeout bounds a restarted actor's declaration of its queue:
+// a broker that blocks the publishing connection (an alarm) holds it up,
+// and consuming need not wait for the alarm to end.
+const declareAgainTimeout = 10 * time.Second
 
 // inUseRetry is how long a queue actor waits to consume again a queue an
 // exclusive reader holds.
@@ -78,6 +84,10 @@ func (a *queueActor) Run(ctx context.Context) error {
 	l := &queueLoop{queueActor: a, ctx: ctx, done: stopCtx.Done(), handlerCtx: handlerCtx, cancelHandlers: cancel,
 		reports: make(chan report, 2*a.q.prefetch)}
 	defer l.stopTimer()
+	if a.ran {
+		l.declareAgain(stopCtx)
+	}
+	a.ran = true
 	if err := l.consume(); err != nil || l.ended() {
 		return err
 	}
@@ -178,7 +188,7 @@ func (l *queueLoop) consume() error {
 	c, err := a.w.backend.Consume(l.ctx, a.q.broker, a.q.prefetch)
 	if errors.Is(err, broker.ErrNoQueue) {
 		a.w.log.Warn("queue is gone; declaring it again", "queue", a.q.broker)
-		if err = a.w.backend.Declare(l.ctx, a.q.spec()); err == nil {
+		if err = l.declare(l.ctx); err == nil {
 			c, err = a.w.backend.Consume(l.ctx, a.q.broker, a.q.prefetch)
 		}
 	}
@@ -204,6 +214,39 @@ func (l *queueLoop) consume() error {
 	default:
 		return fmt.Errorf("consume %q: %w", a.q.broker, err)
 	}
+}
+
+// declareAgain declares the queue before a restarted actor consumes it:
+// its consumer was lost, or the broker cancelled it because the queue was
+// deleted. A queue that is gone is declared anew; one that someone else
+// declared again with other arguments is said at ERROR (declare), once per
+// restart, and consumed as it is. A declaration that does not get through
+// in declareAgainTimeout is left for consume to find out about.
+func (l *queueLoop) declareAgain(stopCtx context.Context) {
+	ctx, cancel := l.w.clock.WithTimeout(stopCtx, declareAgainTimeout)
+	defer cancel()
+	if err := l.declare(ctx); err != nil && !l.ended() && !errors.Is(err, broker.ErrClosed) { // consume says those
+		l.w.log.Warn("could not declare the queue again before consuming it", "queue", l.q.broker, "error", err)
+	}
+}
+
+// declare declares the queue as the QueueSet says. A queue that exists with
+// other arguments (deleted and declared again by someone else, without
+// x-max-priority say) is consumed as it is rather than not at all: its
+// jobs run, but what those arguments promise does not hold (without
+// priorities, a deferred or paused job comes back behind the backlog
+// instead of ahead of it). That is said at ERROR, with the backend's
+// account of the argument that differs and what to do, and is no error.
+func (l *queueLoop) declare(ctx context.Context) error {
+	err := l.w.backend.Declare(ctx, l.q.spec())
+	if !errors.Is(err, broker.ErrPreconditionFailed) {
+		return err
+	}
+	l.w.log.Error("queue exists with other arguments than the worker declares (declared again by someone else?); "+
+		"consuming it as it is, without what those arguments promise: without x-max-priority, deferred and paused jobs "+
+		"come back behind the backlog. Delete the queue so that the worker declares it again, or make its Queue in the QueueSet match it",
+		"queue", l.q.broker, "max_priority", l.q.maxPriority, "durable", !l.q.Transient, "message_ttl", l.q.MessageTTL, "error", err)
+	return nil
 }
 
 // received takes a delivery from the consumer, or its end.

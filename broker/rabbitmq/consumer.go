@@ -17,6 +17,15 @@ import (
 	"github.com/queuey-go/queuey/broker"
 )
 
+// ErrConsumerCancelled: the broker ended a consumer by itself
+// (basic.cancel), most often because its queue was deleted. Its channel is
+// closed then, so that what it delivered and was not settled goes back to
+// the queue, if the queue is still there. Consuming again finds the queue
+// gone (broker.ErrNoQueue), or, if someone else declared it again, as they
+// declared it: with other arguments, maybe (see ARCHITECTURE.md §1,
+// "RabbitMQ").
+var ErrConsumerCancelled = errors.New("rabbitmq: the broker cancelled the consumer")
+
 // consumer is one channel with basic.qos(prefetch) and one basic.consume.
 // Its goroutine turns amqp deliveries into broker deliveries; Cancel closes
 // the channel, so the broker takes back what is unsettled.
@@ -26,6 +35,8 @@ type consumer struct {
 	out   chan broker.Delivery
 	stop  chan struct{}
 	ended chan struct{}
+
+	brokerCancel <-chan string // the tag, when the broker cancels the consumer
 
 	tag       string
 	once      sync.Once
@@ -74,6 +85,9 @@ func (s *session) consume(ctx context.Context, queue string, prefetch int, exclu
 		ended: make(chan struct{}),
 	}
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	// amqp091 tells of a basic.cancel from the broker here before it ends
+	// the deliveries; the one consumer of the channel needs room for one.
+	c.brokerCancel = ch.NotifyCancel(make(chan string, 1))
 	go c.run(deliveries, closed, s)
 	return c, nil
 }
@@ -88,6 +102,11 @@ func (c *consumer) run(deliveries <-chan amqp.Delivery, closed <-chan *amqp.Erro
 		case d, ok := <-deliveries:
 			if !ok {
 				c.err = c.why(closed, s)
+				if errors.Is(c.err, ErrConsumerCancelled) {
+					// Its channel outlives a broker's cancel: closed, not
+					// left open for each time the queue is deleted.
+					_ = c.ch.Close()
+				}
 				return
 			}
 			select {
@@ -131,6 +150,10 @@ func (c *consumer) why(closed <-chan *amqp.Error, s *session) error {
 	if backendClosing && e == nil {
 		return broker.ErrClosed
 	}
+	if e == nil && c.cancelledByBroker() {
+		return fmt.Errorf("%w: consumer of %q (the queue was deleted, or moved off the broker's node); "+
+			"its deliveries not settled go back to the queue, if it is still there", ErrConsumerCancelled, c.queue)
+	}
 	if e != nil && e.Code == amqp.PreconditionFailed && strings.Contains(e.Reason, "timed out") {
 		return fmt.Errorf("%w: consumer of %q: %s", ErrConsumerTimeout, c.queue, e.Reason)
 	}
@@ -138,6 +161,17 @@ func (c *consumer) why(closed <-chan *amqp.Error, s *session) error {
 		return fmt.Errorf("%w: consumer of %q: %s", ErrConnectionLost, c.queue, e.Reason)
 	}
 	return fmt.Errorf("%w: consumer of %q", ErrConnectionLost, c.queue)
+}
+
+// cancelledByBroker reports whether the broker sent basic.cancel for the
+// consumer (amqp091 tells of it before it ends the deliveries).
+func (c *consumer) cancelledByBroker() bool {
+	select {
+	case _, ok := <-c.brokerCancel: // closed, not sent on, when the channel shut down
+		return ok
+	default:
+		return false
+	}
 }
 
 func (c *consumer) Deliveries() <-chan broker.Delivery { return c.out }

@@ -700,3 +700,206 @@ func TestABodyWithACCHeaderIsDeadLetteredOnce(t *testing.T) {
 		t.Errorf("the CC'd queue holds %d (%v), want only the broker's own copy of the first publish", n, err)
 	}
 }
+
+// A work queue deleted and declared again by someone else without
+// x-max-priority, under a running worker: the worker says so at ERROR,
+// naming the queue, the argument and what to do, once as it consumes the
+// queue again (not once per job), and goes on running its jobs.
+func TestAWorkQueueDeclaredAgainWithoutPrioritiesIsReportedAtError(t *testing.T) {
+	logs := &logSink{changed: make(chan struct{})}
+	r := newRigWith(t, queuey.Queue{Name: "work", Prefetch: 1}, &rabbitmq.Options{Logger: slog.New(logs.handler("backend"))},
+		func(c *queuey.WorkerConfig) { c.Logger = slog.New(logs.handler("worker")) })
+	q := r.prefix + ".work"
+	r.start(7)
+	r.enqueue(job{Name: "before"})
+	waitForRuns(t, r, 1)
+	declareWithoutPriorities(t, q)
+	mismatch := func(rec logRecord) bool {
+		return rec.Level == slog.LevelError && strings.Contains(rec.Text, q) &&
+			strings.Contains(rec.Text, "x-max-priority") && strings.Contains(rec.Text, "MaxPriority")
+	}
+	rec := logs.until(t, "an ERROR naming the queue, x-max-priority and the Queue's MaxPriority", 20*time.Second, mismatch)
+	t.Logf("logged: %s", rec.Text)
+	said := logs.count(mismatch)
+	for i := range 6 {
+		r.enqueue(job{Name: fmt.Sprintf("after%d", i)})
+	}
+	if got := names(r.wait(20 * time.Second)); got != "before after0 after1 after2 after3 after4 after5" {
+		t.Errorf("runs: got %q, want before and the six after, in order", got)
+	}
+	if n := logs.count(mismatch); n != said {
+		t.Errorf("the mismatch was said %d times before six jobs ran and %d after: it must not be said per job", said, n)
+	}
+	if args := listQueues(t, q)[q].Arguments; args["x-max-priority"] != nil {
+		t.Errorf("%s has x-max-priority %v; the worker must not have replaced the queue", q, args["x-max-priority"])
+	}
+}
+
+// declareWithoutPriorities deletes queue and declares it again, durable
+// and without arguments, as an operator would. A worker that declares it
+// first (with its priorities) gets it deleted again, until this
+// declaration is the one that stands.
+func declareWithoutPriorities(t *testing.T, queue string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ch := rawChannel(t)
+		if _, err := ch.QueueDelete(queue, false, false, false); err != nil {
+			t.Fatal(err)
+		}
+		_, err := ch.QueueDeclare(queue, true, false, false, false, nil)
+		var amqpErr *amqp.Error
+		switch {
+		case err == nil:
+			return
+		case !errors.As(err, &amqpErr) || amqpErr.Code != amqp.PreconditionFailed:
+			t.Fatal(err)
+		case time.Now().After(deadline):
+			t.Fatalf("%s was declared again by the worker every time: %v", queue, err)
+		}
+	}
+}
+
+// logRecord is a log line as logSink keeps it: its level, and its message
+// followed by its attributes as " key=value".
+type logRecord struct {
+	Level slog.Level
+	Text  string
+}
+
+// logSink keeps every record its handlers are given.
+type logSink struct {
+	mu      sync.Mutex
+	records []logRecord
+	changed chan struct{} // closed and replaced at every record
+}
+
+// handler is a slog.Handler into the sink whose records say from=source.
+func (s *logSink) handler(source string) slog.Handler {
+	return sinkHandler{s: s, attrs: []slog.Attr{slog.String("from", source)}}
+}
+
+// until waits up to within for a record for which cond holds, and returns
+// the first; it fails the test with every record kept otherwise.
+func (s *logSink) until(t *testing.T, what string, within time.Duration, cond func(logRecord) bool) logRecord {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		s.mu.Lock()
+		records, changed := slices.Clone(s.records), s.changed
+		s.mu.Unlock()
+		if i := slices.IndexFunc(records, cond); i >= 0 {
+			return records[i]
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			for _, rec := range records {
+				t.Logf("%s %s", rec.Level, rec.Text)
+			}
+			t.Fatalf("waited %v for %s; %d records (above)", within, what, len(records))
+		}
+	}
+}
+
+// count is how many records so far cond holds for.
+func (s *logSink) count(cond func(logRecord) bool) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, rec := range s.records {
+		if cond(rec) {
+			n++
+		}
+	}
+	return n
+}
+
+type sinkHandler struct {
+	s     *logSink
+	attrs []slog.Attr
+}
+
+func (h sinkHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h sinkHandler) WithGroup(string) slog.Handler            { return h }
+func (h sinkHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return sinkHandler{s: h.s, attrs: append(slices.Clip(h.attrs), as...)}
+}
+
+func (h sinkHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	write := func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	}
+	for _, a := range h.attrs {
+		write(a)
+	}
+	r.Attrs(write)
+	h.s.mu.Lock()
+	defer h.s.mu.Unlock()
+	h.s.records = append(h.s.records, logRecord{Level: r.Level, Text: b.String()})
+	close(h.s.changed)
+	h.s.changed = make(chan struct{})
+	return nil
+}
+
+// A consumer whose queue is deleted is cancelled by the broker: its Err
+// says so (not a lost connection), and its channel is closed rather than
+// left open on the consumers' connection, one more each time.
+func TestAConsumerCancelledByTheBrokerSaysSoAndClosesItsChannel(t *testing.T) {
+	prefix := unique("cancelled")
+	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	b := rabbittest.Dial(t, &rabbitmq.Options{ConnectionName: prefix, Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { _ = b.Close() })
+	q := prefix + ".work"
+	for range 3 {
+		if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := b.Consume(t.Context(), q, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rawChannel(t).QueueDelete(q, false, false, false); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case _, ok := <-c.Deliveries():
+			if ok {
+				t.Fatal("a delivery from an empty queue")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the consumer of a deleted queue did not end")
+		}
+		if err := c.Err(); !errors.Is(err, rabbitmq.ErrConsumerCancelled) || errors.Is(err, rabbitmq.ErrConnectionLost) {
+			t.Fatalf("Err = %v, want ErrConsumerCancelled", err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for n := consumeChannels(t, prefix); n != 0; n = consumeChannels(t, prefix) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d channels left open on the consumers' connection by three cancelled consumers", n)
+		}
+		<-time.After(50 * time.Millisecond) // the closes are under way
+	}
+}
+
+// consumeChannels is how many channels the consumers' connection of the
+// backend named name has open, as the broker counts them.
+func consumeChannels(t *testing.T, name string) int {
+	t.Helper()
+	for _, line := range strings.Split(rabbitmqctl(t, "list_connections", "client_properties", "channels", "--quiet"), "\n") {
+		if strings.Contains(line, name+" (consume)") {
+			f := strings.Fields(line)
+			var n int
+			if _, err := fmt.Sscan(f[len(f)-1], &n); err != nil {
+				t.Fatalf("list_connections: %q: %v", line, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no connection named %q (consume)", name)
+	return 0
+}
