@@ -290,3 +290,38 @@ func TestAWorkerDoesNotReadABodyOverItsLimit(t *testing.T) {
 		}
 	})
 }
+
+// selfConfigured is a job whose Queue() gives settings of its own for
+// alpha, which the QueueSet gives otherwise.
+type selfConfigured struct{ plan }
+
+func (selfConfigured) Kind() string { return "self_configured" }
+func (selfConfigured) Queue() queuey.Queue {
+	return queuey.Queue{Name: "alpha", Prefetch: 2, MaxPriority: 10}
+}
+
+// nameOnly names alpha and nothing else: a reference to the set's queue.
+type nameOnly struct{ plan }
+
+func (nameOnly) Kind() string        { return "name_only" }
+func (nameOnly) Queue() queuey.Queue { return queuey.Queue{Name: "alpha"} }
+
+// A job's Queue() that says other settings than the QueueSet's queue of
+// that name is refused, naming the field, rather than half read: only its
+// name was used, and its prefetch and priorities silently ignored.
+func TestAJobQueueThatDisagreesWithTheSetIsRefused(t *testing.T) {
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		_, err := h.Producer.Enqueue(t.Context(), selfConfigured{})
+		if !errors.Is(err, queuey.ErrInvalidQueue) || !strings.Contains(err.Error(), "Prefetch") {
+			t.Errorf("Enqueue: %v, want ErrInvalidQueue naming Prefetch", err)
+		}
+		err = queuey.Handle(h.Worker, func(context.Context, selfConfigured, queuey.JobContext) error { return nil })
+		if !errors.Is(err, queuey.ErrInvalidQueue) || !strings.Contains(err.Error(), "Prefetch") {
+			t.Errorf("Handle: %v, want ErrInvalidQueue naming Prefetch", err)
+		}
+		// The same Queue value as the set's, or its name alone, is fine.
+		must(t, queuey.Handle(h.Worker, func(context.Context, nameOnly, queuey.JobContext) error { return nil }))
+		mustID(t)(h.Producer.Enqueue(t.Context(), nameOnly{}))
+		mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{}))
+	})
+}

@@ -12,7 +12,11 @@ type Job interface {
 	// Kind is the job's stable name on the wire ("send_email"); it selects
 	// the handler.
 	Kind() string
-	// Queue is the queue the job is published to.
+	// Queue names the queue the job is published to, by its Name in the
+	// QueueSet. Its settings are the set's: return the set's Queue value
+	// (one variable shared by both is the usual way) or a Queue with only
+	// its Name; one that gives a setting otherwise than the set is refused
+	// with ErrInvalidQueue (at Handle and at every enqueue).
 	Queue() Queue
 }
 

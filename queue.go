@@ -168,12 +168,39 @@ func resolveQueue(prefix string, q Queue) (*queueConfig, error) {
 	return c, nil
 }
 
-// forJob finds the configuration of job's queue.
+// forJob finds the configuration of job's queue. The set's Queue is the
+// one whose settings count: a job's Queue() may repeat them (the same
+// value) or give its Name alone, but a setting it gives that differs from
+// the set's is refused rather than ignored.
 func (s *queueSet) forJob(job Job) (*queueConfig, error) {
-	name := job.Queue().Name
-	c, ok := s.byName[name]
+	q := job.Queue()
+	c, ok := s.byName[q.Name]
 	if !ok {
-		return nil, fmt.Errorf("%w: job kind %q names queue %q, which is not in the queue set", ErrUnknownQueue, job.Kind(), name)
+		return nil, fmt.Errorf("%w: job kind %q names queue %q, which is not in the queue set", ErrUnknownQueue, job.Kind(), q.Name)
+	}
+	if field := disagreement(q, c.Queue); field != "" {
+		return nil, fmt.Errorf("%w: job kind %q: its Queue() gives queue %q's %s otherwise than the QueueSet does; "+
+			"the set's settings are the ones used: return the set's Queue value, or a Queue with only its Name", ErrInvalidQueue, job.Kind(), q.Name, field)
 	}
 	return c, nil
+}
+
+// disagreement names the first setting that job's queue gives (not zero)
+// and that differs from the set's, or returns "".
+func disagreement(job, set Queue) string {
+	switch {
+	case job.Prefetch != 0 && job.Prefetch != set.Prefetch:
+		return "Prefetch"
+	case job.MaxPriority != 0 && job.MaxPriority != set.MaxPriority:
+		return "MaxPriority"
+	case job.Retry != nil && (set.Retry == nil || *job.Retry != *set.Retry):
+		return "Retry"
+	case job.JobTimeout != 0 && job.JobTimeout != set.JobTimeout:
+		return "JobTimeout"
+	case job.Transient && !set.Transient:
+		return "Transient"
+	case job.MessageTTL != 0 && job.MessageTTL != set.MessageTTL:
+		return "MessageTTL"
+	}
+	return ""
 }

@@ -43,7 +43,9 @@ func TestTopologyReadBackFromTheBroker(t *testing.T) {
 	if _, err := p.Defer(t.Context(), topoJob{}, 29200*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.EnqueueAfter(t.Context(), plainJob{}, 1500*time.Millisecond); err != nil {
+	// Long enough that it is still held when rabbitmqctl, slow to start on
+	// a loaded machine, reads the queues back.
+	if _, err := p.EnqueueAfter(t.Context(), plainJob{}, 19500*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	emails, plain := prefix+".emails", prefix+".plain"
@@ -55,8 +57,8 @@ func TestTopologyReadBackFromTheBroker(t *testing.T) {
 		}},
 		plain:           {Name: plain, Durable: false, Arguments: map[string]any{}},
 		plain + ".dead": {Name: plain + ".dead", Durable: true, Arguments: map[string]any{}},
-		plain + ".deferred.2000": {Name: plain + ".deferred.2000", Durable: false, Messages: 1, Arguments: map[string]any{
-			"x-message-ttl": 2000.0, "x-expires": 4000.0, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": plain,
+		plain + ".deferred.20000": {Name: plain + ".deferred.20000", Durable: false, Messages: 1, Arguments: map[string]any{
+			"x-message-ttl": 20000.0, "x-expires": 40000.0, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": plain,
 		}},
 	}
 	got := listQueues(t, prefix)
