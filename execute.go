@@ -130,7 +130,7 @@ func (w *Worker) deliverHook(ctx context.Context, q *queueConfig, msg broker.Mes
 	if due.IsZero() && !msg.FromHold && decodeErr == nil {
 		due = env.EnqueuedAt() // due when enqueued (see broker.Message.DueAt)
 	}
-	info := &DeliveryInfo{System: w.backend.Name(), Queue: q.broker, Job: *jc, Headers: msg.Headers, DueAt: due, Started: started}
+	info := &DeliveryInfo{System: w.backend.Name(), Queue: q.Name, BrokerQueue: q.broker, Job: *jc, Headers: msg.Headers, DueAt: due, Started: started}
 	hookCtx, finish := ctx, func(Outcome) {}
 	w.guardHook("Deliver", func() {
 		c, f := w.hooks.Deliver(ctx, info)
@@ -147,8 +147,8 @@ func (w *Worker) deliverHook(ctx context.Context, q *queueConfig, msg broker.Mes
 
 // execute decides what becomes of a delivery, running its handler when it
 // can run: a body that cannot be read, a job that came back from a crash
-// too often, an unknown kind or a payload that does not decode is dead-
-// lettered without running.
+// too often or a payload that does not decode is dead-lettered without
+// running; a job of an unknown kind is held back (unhandled).
 func (w *Worker) execute(ctx context.Context, t task, msg broker.Message, env broker.Envelope, jc JobContext, decodeErr error) settlement {
 	if decodeErr != nil {
 		return w.unreadable(t.q, msg, decodeErr, jc)
@@ -160,8 +160,7 @@ func (w *Worker) execute(ctx context.Context, t task, msg broker.Message, env br
 	}
 	h, ok := w.handlers[env.JobType]
 	if !ok {
-		log.Warn("no handler registered; dead-lettering")
-		return deadLetterOf(log, original(env), CauseNoHandler, fmt.Sprintf("no handler for job type %q", env.JobType), nil, jc)
+		return w.unhandled(log, env, jc, msg.Headers)
 	}
 	job, err := h.decode(env.Payload)
 	if err != nil {
@@ -205,7 +204,8 @@ func (w *Worker) jobContext(q *queueConfig, env broker.Envelope, d broker.Delive
 	return JobContext{
 		JobID:         env.JobID,
 		Kind:          env.JobType,
-		Queue:         q.broker,
+		Queue:         q.Name,
+		BrokerQueue:   q.broker,
 		Attempt:       int(env.Attempt),
 		MaxAttempts:   q.retry.maxAttempts(), // a job's own policy is applied once it is decoded
 		Deferrals:     int(env.Deferrals),
@@ -292,7 +292,7 @@ func (w *Worker) publishHook(ctx context.Context, op PublishOp, msg *broker.Mess
 		return func(error) {}
 	}
 	done := func(error) {}
-	w.guardHook("Publish", func() { done = w.hooks.publishing(ctx, w.backend.Name(), op, msg, delay, reason) })
+	w.guardHook("Publish", func() { done = w.hooks.publishing(ctx, w.backend.Name(), w.set, op, msg, delay, reason) })
 	return func(err error) { w.guardHook("Publish's result func", func() { done(err) }) }
 }
 

@@ -22,7 +22,7 @@ func TestTheDeadLetterHookIsToldWhy(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		causes = append(causes, dl.Cause)
-	}}}
+	}, UnknownKindWait: -1}} // the orphan is dead-lettered at once
 	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
 		ctx, id := t.Context(), mustID(t)
 		handleAll(t, h.Worker, h.Clock)

@@ -104,7 +104,7 @@ func TestFailures(t *testing.T) {
 			"max attempts (3) exhausted after attempt 3: doomed failed on attempt 3", "job failed; giving up", slog.LevelError},
 		{"fatal dead-letters at once", plan{Name: "bad", Fatal: true}, []shape{{1, 0, 0}}, "fatal error: bad cannot be done", "job failed fatally", slog.LevelError},
 		{"a panic is retried and the worker survives", plan{Panic: 1}, []shape{{1, 0, 0}, {2, 0, 0}}, "", "handler panicked", slog.LevelError},
-		{"a success", plan{}, []shape{{1, 0, 0}}, "", "job succeeded", slog.LevelInfo},
+		{"a success", plan{}, []shape{{1, 0, 0}}, "", "job succeeded", slog.LevelDebug},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := &logRecorder{}
@@ -193,8 +193,12 @@ func TestAJobTimeoutIsARetryWhateverTheHandlerThenReturns(t *testing.T) {
 	}
 }
 
+// An unknown kind is dead-lettered at once only when the worker is told
+// not to wait for a handler (a negative UnknownKindWait); execute_test.go
+// has the wait.
 func TestWhatCannotRunIsDeadLetteredAndTheHandlerNeverRuns(t *testing.T) {
-	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{UnknownKindWait: -1}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
 		ctx := t.Context()
 		handleAll(t, h.Worker, h.Clock)
 		mustID(t)(h.Producer.Enqueue(ctx, orphanJob{}))

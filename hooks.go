@@ -15,9 +15,10 @@ import (
 type Hooks struct {
 	// Publish is called before every publish: the producer's Enqueue,
 	// EnqueueAfter and Defer, and the worker's republish of a retry, a
-	// deferral or a dead letter (under the ctx Deliver returned). It may
-	// add headers to p.Headers, such as a trace context. The func it
-	// returns, if any, is called once with the publish's result.
+	// deferral, a hold-back (a kind without a handler) or a dead letter
+	// (under the ctx Deliver returned). It may add headers to p.Headers,
+	// such as a trace context. The func it returns, if any, is called
+	// once with the publish's result.
 	Publish func(ctx context.Context, p *PublishInfo) func(err error)
 	// Deliver is called when a worker starts on a delivery, before its
 	// handler runs. The ctx it returns is the one the handler and the
@@ -38,6 +39,7 @@ const (
 	OpDeferral     PublishOp = "deferral"      // a handler's Defer
 	OpDeadLetter   PublishOp = "dead_letter"   // to <q>.dead
 	OpRedelivery   PublishOp = "redelivery"    // a redelivered job, counted (WorkerConfig.PoisonAfter)
+	OpUnhandled    PublishOp = "unhandled"     // a job of a kind the worker has no handler for, held back (WorkerConfig.UnknownKindWait)
 )
 
 // PublishInfo describes one publish to Hooks.Publish.
@@ -45,8 +47,13 @@ type PublishInfo struct {
 	Op PublishOp
 	// System is the backend: "memory" or "rabbitmq".
 	System string
-	// Queue is the work queue the job belongs to.
+	// Queue is the work queue the job belongs to, by its Name in the
+	// QueueSet.
 	Queue string
+	// BrokerQueue is the queue the message is published to, by its broker
+	// name: the work queue's ("<prefix>.<name>"), or its suspects queue's
+	// for a job moved there (WorkerConfig.PoisonAfter).
+	BrokerQueue string
 	// JobID and Kind identify the job; both are empty for the dead letter
 	// of a body that was not an envelope.
 	JobID, Kind string
@@ -66,8 +73,10 @@ type PublishInfo struct {
 type DeliveryInfo struct {
 	// System is the backend: "memory" or "rabbitmq".
 	System string
-	// Queue is the work queue's broker name.
+	// Queue is the work queue, by its Name in the QueueSet.
 	Queue string
+	// BrokerQueue is the work queue's broker name ("<prefix>.<name>").
+	BrokerQueue string
 	// Job is what the handler will see. Its JobID is empty when the body
 	// is not an envelope.
 	Job JobContext
@@ -93,6 +102,7 @@ const (
 	Deferred     Result = "deferred"      // held, to come back at the top priority
 	DeadLettered Result = "dead_lettered" // moved to <q>.dead
 	Requeued     Result = "requeued"      // given back unsettled (a stop cut it short, or settling failed)
+	Unhandled    Result = "unhandled"     // no handler for its kind in this worker: held back, offered again (WorkerConfig.UnknownKindWait)
 )
 
 // Outcome is what a delivery came to, for Hooks.Deliver.
@@ -100,10 +110,11 @@ type Outcome struct {
 	Result Result
 	// Err is the handler's error (nil on success and deferral).
 	Err error
-	// Delay is a retry's backoff or a deferral's delay, as asked; the job
-	// waits it rounded up to the granularity (a zero delay waits one step).
+	// Delay is a retry's backoff, a deferral's delay or an Unhandled job's
+	// wait before it is offered again, as asked; the job waits it rounded
+	// up to the granularity (a zero delay waits one step).
 	Delay time.Duration
-	// Reason is a deferral's or a dead letter's reason.
+	// Reason is a deferral's, an Unhandled job's or a dead letter's reason.
 	Reason string
 	// NextAttempt is the attempt a retry will run as.
 	NextAttempt int
@@ -132,7 +143,7 @@ func stampDue(msg *broker.Message, due time.Time) {
 
 // publishing tells the publish hook about msg and returns what to call
 // with the result.
-func (h *Hooks) publishing(ctx context.Context, system string, op PublishOp, msg *broker.Message, delay time.Duration, reason string) func(error) {
+func (h *Hooks) publishing(ctx context.Context, system string, set *queueSet, op PublishOp, msg *broker.Message, delay time.Duration, reason string) func(error) {
 	if h == nil || h.Publish == nil {
 		return func(error) {}
 	}
@@ -140,7 +151,7 @@ func (h *Hooks) publishing(ctx context.Context, system string, op PublishOp, msg
 		msg.Headers = map[string]string{}
 	}
 	p := &PublishInfo{
-		Op: op, System: system, Queue: msg.Queue, JobID: msg.ID, Kind: msg.Type,
+		Op: op, System: system, Queue: set.nameOf(msg.Queue), BrokerQueue: msg.Queue, JobID: msg.ID, Kind: msg.Type,
 		Attempt: int(msg.Attempt), Deferrals: int(msg.Deferrals), Priority: int(msg.Priority),
 		Delay: delay, Reason: reason, CorrelationID: msg.CorrelationID, Headers: msg.Headers,
 	}
@@ -157,7 +168,7 @@ type DeadLetterCause string
 const (
 	CauseMalformed       DeadLetterCause = "malformed"        // the body is not an envelope
 	CauseTooLarge        DeadLetterCause = "too_large"        // the body is over WorkerConfig.MaxMessageBytes
-	CauseNoHandler       DeadLetterCause = "no_handler"       // no handler for the job's kind
+	CauseNoHandler       DeadLetterCause = "no_handler"       // no handler for the job's kind (after WorkerConfig.UnknownKindWait)
 	CauseDecode          DeadLetterCause = "decode_error"     // the payload does not decode into the handler's type
 	CauseFatal           DeadLetterCause = "fatal"            // the handler returned Fatal
 	CauseExhausted       DeadLetterCause = "exhausted"        // the retry policy's attempts are used up

@@ -277,3 +277,45 @@ func TestAPanickingHookDoesNotTakeTheWorkerDown(t *testing.T) {
 		})
 	}
 }
+
+// Package queuey names a queue as the QueueSet does, everywhere: in what a
+// handler sees and in what the hooks are told, where the broker's name
+// stands beside it as BrokerQueue.
+func TestAQueueIsNamedAsItsSetNamesIt(t *testing.T) {
+	var mu sync.Mutex
+	var names []string
+	hooks := &queuey.Hooks{
+		Publish: func(ctx context.Context, p *queuey.PublishInfo) func(error) {
+			mu.Lock()
+			defer mu.Unlock()
+			names = append(names, "publish "+p.Queue+" "+p.BrokerQueue)
+			return nil
+		},
+		Deliver: func(ctx context.Context, d *queuey.DeliveryInfo) (context.Context, func(queuey.Outcome)) {
+			mu.Lock()
+			defer mu.Unlock()
+			names = append(names, "deliver "+d.Queue+" "+d.BrokerQueue)
+			return ctx, nil
+		},
+	}
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Hooks: hooks}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j betaJob, jc queuey.JobContext) error {
+			mu.Lock()
+			defer mu.Unlock()
+			names = append(names, "handler "+jc.Queue+" "+jc.BrokerQueue)
+			return nil
+		}))
+		p, err := queuey.NewProducer(t.Context(), h.Backend, app, &queuey.ProducerConfig{Clock: h.Clock, Hooks: hooks})
+		must(t, err)
+		mustID(t)(p.Enqueue(t.Context(), betaJob{named("b")}))
+		h.Advance(time.Second)
+	})
+	want := []string{"publish beta test.beta", "deliver beta test.beta", "handler beta test.beta"}
+	if diff := cmp.Diff(want, names); diff != "" {
+		t.Errorf("queue names (-want +got):\n%s", diff)
+	}
+	if got := app.BrokerName("beta"); got != "test.beta" {
+		t.Errorf("BrokerName(beta) = %q, want test.beta", got)
+	}
+}

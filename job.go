@@ -33,8 +33,12 @@ type JobContext struct {
 	JobID string
 	// Kind is the job's kind.
 	Kind string
-	// Queue is the work queue's broker name.
+	// Queue is the job's queue, by its Name in the QueueSet ("emails"), as
+	// every call of this package names a queue.
 	Queue string
+	// BrokerQueue is the same queue by its broker name ("myapp.emails"),
+	// as packages broker, memory and rabbitmq and the broker name it.
+	BrokerQueue string
 	// Attempt is 1 on the first run and grows by one per retry; deferrals
 	// leave it alone.
 	Attempt int

@@ -128,7 +128,7 @@ func (p *Producer) publish(ctx context.Context, env broker.Envelope, stampNow bo
 	if stampNow {
 		stampDue(&msg, p.clock.Now())
 	}
-	done := p.hooks.publishing(ctx, p.backend.Name(), OpEnqueue, &msg, 0, "")
+	done := p.hooks.publishing(ctx, p.backend.Name(), p.set, OpEnqueue, &msg, 0, "")
 	err = p.backend.Publish(ctx, msg)
 	done(err)
 	if err != nil {
@@ -188,7 +188,7 @@ func (p *Producer) publishBatch(ctx context.Context, bp broker.BatchPublisher, j
 			errs[i] = fmt.Errorf("job %d: %w", i, err)
 			continue
 		}
-		dones = append(dones, p.hooks.publishing(ctx, p.backend.Name(), OpEnqueue, &msg, 0, ""))
+		dones = append(dones, p.hooks.publishing(ctx, p.backend.Name(), p.set, OpEnqueue, &msg, 0, ""))
 		msgs, index = append(msgs, msg), append(index, i)
 	}
 	if len(msgs) == 0 {
@@ -246,7 +246,7 @@ func (p *Producer) hold(ctx context.Context, env broker.Envelope, d time.Duratio
 		return "", err
 	}
 	msg.Headers = headers
-	done := p.hooks.publishing(ctx, p.backend.Name(), op, &msg, d, "")
+	done := p.hooks.publishing(ctx, p.backend.Name(), p.set, op, &msg, d, "")
 	err = p.holder.hold(ctx, msg, d, kind)
 	done(err)
 	if err != nil {

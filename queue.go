@@ -84,6 +84,7 @@ func (c *queueConfig) suspects() broker.QueueSpec {
 // queueSet is a validated QueueSet.
 type queueSet struct {
 	byName           map[string]*queueConfig // by Queue.Name
+	byBroker         map[string]*queueConfig // by broker name, its suspects queue's included
 	ordered          []*queueConfig
 	retryGranularity time.Duration
 	deferGranularity time.Duration
@@ -99,6 +100,7 @@ func resolve(set QueueSet) (*queueSet, error) {
 	}
 	s := &queueSet{
 		byName:           map[string]*queueConfig{},
+		byBroker:         map[string]*queueConfig{},
 		retryGranularity: cmp.Or(set.RetryGranularity, broker.DefaultGranularity),
 		deferGranularity: cmp.Or(set.DeferGranularity, broker.DefaultGranularity),
 	}
@@ -111,6 +113,8 @@ func resolve(set QueueSet) (*queueSet, error) {
 			return nil, fmt.Errorf("%w: queue %q appears twice in the set", ErrInvalidQueue, q.Name)
 		}
 		s.byName[q.Name] = c
+		s.byBroker[c.broker] = c
+		s.byBroker[broker.SuspectQueueName(c.broker)] = c
 		s.ordered = append(s.ordered, c)
 	}
 	// A queue named as another's dead-letter, suspects or hold queue would
@@ -167,6 +171,21 @@ func resolveQueue(prefix string, q Queue) (*queueConfig, error) {
 	}
 	return c, nil
 }
+
+// nameOf is the Name in the set of the queue whose broker name (or whose
+// suspects queue's) is brokerName, or "" for none of the set's.
+func (s *queueSet) nameOf(brokerName string) string {
+	if c, ok := s.byBroker[brokerName]; ok {
+		return c.Name
+	}
+	return ""
+}
+
+// BrokerName is the broker's name for the set's queue name: "<prefix>.<name>",
+// or name alone without a prefix. Package queuey names queues as the set
+// does; packages broker, memory and rabbitmq, the broker and its tools
+// name them so.
+func (set QueueSet) BrokerName(name string) string { return broker.QueueName(set.Prefix, name) }
 
 // forJob finds the configuration of job's queue. The set's Queue is the
 // one whose settings count: a job's Queue() may repeat them (the same

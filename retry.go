@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/queuey-go/queuey/broker"
@@ -38,8 +39,16 @@ func ExponentialBackoff() Backoff {
 const maxHold = broker.MaxHoldMs * time.Millisecond
 
 // Delay is the wait after failedAttempt (1-based; 0 counts as 1). It never
-// panics and never exceeds Max or the longest hold.
+// panics and never exceeds Max or the longest hold. Its jitter comes from
+// math/rand/v2's global source; DelayWith takes a source of its own.
 func (b Backoff) Delay(failedAttempt int) time.Duration {
+	return b.DelayWith(failedAttempt, nil)
+}
+
+// DelayWith is Delay with its jitter drawn from r, so that a seeded r gives
+// the same delays every time; a nil r draws from math/rand/v2's global
+// source. A Backoff without Jitter does not draw.
+func (b Backoff) DelayWith(failedAttempt int, r *rand.Rand) time.Duration {
 	limit := maxHold
 	if b.Max > 0 {
 		limit = min(b.Max, maxHold)
@@ -57,7 +66,7 @@ func (b Backoff) Delay(failedAttempt int) time.Duration {
 		d = float64(limit)
 	}
 	if b.Jitter {
-		d = rand.Float64() * d
+		d = float64n(r) * d
 	}
 	return time.Duration(d)
 }
@@ -87,12 +96,19 @@ func ExponentialRetries(attempts int) RetryPolicy {
 func (p RetryPolicy) maxAttempts() int { return max(p.MaxAttempts, 1) }
 
 // Decide says whether a job that failed on failedAttempt runs again, and
-// after how long.
+// after how long. Its jitter comes from math/rand/v2's global source.
 func (p RetryPolicy) Decide(failedAttempt int) (delay time.Duration, retry bool) {
+	return p.DecideWith(failedAttempt, nil)
+}
+
+// DecideWith is Decide with the backoff's jitter drawn from r (nil: the
+// global source). A worker decides with the source WorkerConfig.Rand
+// seeded; it draws only when the job runs again.
+func (p RetryPolicy) DecideWith(failedAttempt int, r *rand.Rand) (delay time.Duration, retry bool) {
 	if failedAttempt >= p.maxAttempts() {
 		return 0, false
 	}
-	return p.Backoff.Delay(failedAttempt), true
+	return p.Backoff.DelayWith(failedAttempt, r), true
 }
 
 func (p RetryPolicy) validate() error {
@@ -100,4 +116,48 @@ func (p RetryPolicy) validate() error {
 		return fmt.Errorf("%w: retry policy %+v has a negative field", ErrInvalidQueue, p)
 	}
 	return nil
+}
+
+// float64n draws from r, or from the global source when r is nil.
+func float64n(r *rand.Rand) float64 {
+	if r == nil {
+		return rand.Float64()
+	}
+	return r.Float64()
+}
+
+// jitterSources are a worker's sources of randomness (WorkerConfig.Rand),
+// one per use, so that the draws of one use do not shift another's: retry
+// backoffs (drawn by the handler goroutines), republish backoffs (by the
+// queue actors) and the supervisor's restart backoffs. Each is safe for
+// concurrent use.
+type jitterSources struct {
+	retry, republish, restart *rand.Rand
+}
+
+// newJitter seeds the worker's sources from seed, drawing from it here
+// only; a nil seed means random seeds.
+func newJitter(seed *rand.Rand) jitterSources {
+	next := rand.Uint64
+	if seed != nil {
+		next = seed.Uint64
+	}
+	source := func() *rand.Rand {
+		return rand.New(&lockedSource{src: rand.NewPCG(next(), next())})
+	}
+	return jitterSources{retry: source(), republish: source(), restart: source()}
+}
+
+// lockedSource makes a rand.Source safe for concurrent use. A *rand.Rand
+// keeps no state of its own, so one over a lockedSource is safe too.
+type lockedSource struct {
+	mu  sync.Mutex
+	src rand.Source
+}
+
+// Uint64 draws from the source under its lock.
+func (s *lockedSource) Uint64() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.src.Uint64()
 }

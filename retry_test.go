@@ -1,7 +1,10 @@
 package queuey_test
 
 import (
+	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -58,6 +61,59 @@ func TestFullJitterStaysWithinBounds(t *testing.T) {
 	if d := b.Delay(math.MaxInt); d > 10*time.Second {
 		t.Errorf("jittered huge attempt: got %v, want at most the 10s cap", d)
 	}
+}
+
+// DelayWith draws its jitter from the source it is given: the same seed
+// gives the same delays, another seed others; a backoff without Jitter
+// draws nothing; a nil source is the global one, as for Delay.
+func TestDelayWithDrawsFromItsSource(t *testing.T) {
+	b := queuey.ExponentialBackoff()
+	draw := func(seed uint64) []time.Duration {
+		r := rand.New(rand.NewPCG(seed, 0))
+		var ds []time.Duration
+		for attempt := 1; attempt <= 8; attempt++ {
+			ds = append(ds, b.DelayWith(attempt, r))
+		}
+		return ds
+	}
+	if one, again := draw(1), draw(1); !slices.Equal(one, again) {
+		t.Errorf("seed 1 twice: %v, then %v", one, again)
+	}
+	if one, two := draw(1), draw(2); slices.Equal(one, two) {
+		t.Errorf("seeds 1 and 2 drew the same: %v", one)
+	}
+	r, same := rand.New(rand.NewPCG(1, 0)), rand.New(rand.NewPCG(1, 0))
+	d := queuey.FixedBackoff(time.Second).DelayWith(3, r)
+	if drew := r.Uint64() != same.Uint64(); d != time.Second || drew {
+		t.Errorf("a backoff without jitter: got %v, and drew from the source: %t", d, drew)
+	}
+	if d := b.DelayWith(2, nil); d < 0 || d > 2*time.Second {
+		t.Errorf("DelayWith(2, nil): got %v, want within [0, 2s]", d)
+	}
+}
+
+// DecideWith draws only for a job that runs again.
+func TestDecideWithDrawsOnlyToRetry(t *testing.T) {
+	r, same := rand.New(rand.NewPCG(7, 0)), rand.New(rand.NewPCG(7, 0))
+	if _, retry := queuey.ExponentialRetries(3).DecideWith(3, r); retry || r.Uint64() != same.Uint64() {
+		t.Errorf("the last attempt: retry %t, or it drew from the source", retry)
+	}
+}
+
+// A seeded source makes a jittered backoff the same in every run, as
+// clocktest's Options.Seed does for a worker (WorkerConfig.Rand).
+func ExampleRetryPolicy_DecideWith() {
+	policy := queuey.ExponentialRetries(4) // 1 s, doubling, full jitter
+	r := rand.New(rand.NewPCG(1, 2))
+	for attempt := 1; attempt <= 4; attempt++ {
+		delay, retry := policy.DecideWith(attempt, r)
+		fmt.Printf("failed attempt %d: retry %t after %v\n", attempt, retry, delay.Round(time.Millisecond))
+	}
+	// Output:
+	// failed attempt 1: retry true after 676ms
+	// failed attempt 2: retry true after 923ms
+	// failed attempt 3: retry true after 2.034s
+	// failed attempt 4: retry false after 0s
 }
 
 func TestDecide(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +36,7 @@ type settlement struct {
 	delay     time.Duration    // actHold: as asked
 	kind      holdKind         // actHold
 	pausing   bool             // actHold: a PauseQueue
+	waited    time.Duration    // actHold, OpUnhandled: how long the job has waited for a handler
 	env       broker.Envelope  // actHold: the job as delivered, should it go to the dead letters
 	jc        JobContext       // actHold: as its handler saw it, for the same
 	reason    string           // actDeadLetter
@@ -106,7 +108,7 @@ func (w *Worker) deferral(q *queueConfig, log jobLog, env broker.Envelope, jc Jo
 // retry holds the job's next attempt for its backoff, or dead-letters it
 // when its attempts are used up.
 func (w *Worker) retry(log jobLog, env broker.Envelope, jc JobContext, policy RetryPolicy, err error) settlement {
-	delay, again := policy.Decide(jc.Attempt)
+	delay, again := policy.DecideWith(jc.Attempt, w.jitter.retry)
 	if !again {
 		log.Error("job failed; giving up", "error", err, "max_attempts", jc.MaxAttempts)
 		return deadLetterOf(log, original(env), CauseExhausted, fmt.Sprintf("max attempts (%d) exhausted after attempt %d: %s",
@@ -118,6 +120,67 @@ func (w *Worker) retry(log jobLog, env broker.Envelope, jc JobContext, policy Re
 	next, _ := env.NextAttempt().Message()
 	return settlement{action: actHold, msg: next, op: OpRetry, delay: delay, kind: holdRetry, env: env, jc: jc,
 		out: Outcome{Result: Retried, Delay: delay, NextAttempt: jc.Attempt + 1}}
+}
+
+// unknownKindInterval is how long a job of a kind the worker has no
+// handler for is held back before it is offered again.
+const unknownKindInterval = time.Minute
+
+// headerUnhandledSince carries, in milliseconds since the Unix epoch, when
+// a worker first held the job back for want of a handler: the start of its
+// UnknownKindWait. Like every x-queuey-* header it is not carried by any
+// other republish (carriedHeaders), so a job that runs, or is replayed,
+// starts without it.
+const headerUnhandledSince = "x-queuey-unhandled-since-ms"
+
+// unhandled settles a job of a kind the worker has no handler for
+// (WorkerConfig.UnknownKindWait): held back without running, its attempt
+// and deferrals as they were, at priority 0, to be offered again after
+// unknownKindInterval; dead-lettered once it has waited long enough, or
+// at once if the worker is to wait for none.
+func (w *Worker) unhandled(log jobLog, env broker.Envelope, jc JobContext, delivered map[string]string) settlement {
+	reason := fmt.Sprintf("no handler for job type %q", env.JobType)
+	if w.unknownKindWait < 0 {
+		log.Error("no handler registered for the job's kind; dead-lettering")
+		return deadLetterOf(log, original(env), CauseNoHandler, reason, nil, jc)
+	}
+	now := w.clock.Now()
+	since := unhandledSince(delivered, now)
+	waited := max(0, now.Sub(since))
+	if waited >= w.unknownKindWait {
+		log.Error("no handler registered for the job's kind; dead-lettering", "waited", waited, "limit", w.unknownKindWait)
+		reason = fmt.Sprintf("%s after waiting %v for one", reason, roundWait(waited))
+		return deadLetterOf(log, original(env), CauseNoHandler, reason, nil, jc)
+	}
+	delay := min(unknownKindInterval, w.unknownKindWait-waited)
+	next := env
+	next.Priority = 0
+	msg, _ := next.Message() // cannot fail for an envelope that just decoded
+	msg.Headers = carriedHeaders(delivered)
+	if msg.Headers == nil {
+		msg.Headers = make(map[string]string, 1)
+	}
+	msg.Headers[headerUnhandledSince] = strconv.FormatInt(since.UnixMilli(), 10)
+	return settlement{action: actHold, msg: msg, op: OpUnhandled, delay: delay, kind: holdRetry, env: env, jc: jc, waited: waited,
+		log: log, out: Outcome{Result: Unhandled, Delay: delay, Reason: reason}}
+}
+
+// unhandledSince is when a worker first held the job back for want of a
+// handler, as its headers say; now if they do not.
+func unhandledSince(headers map[string]string, now time.Time) time.Time {
+	if ms, err := strconv.ParseInt(headers[headerUnhandledSince], 10, 64); err == nil && ms > 0 {
+		return time.UnixMilli(ms)
+	}
+	return now
+}
+
+// roundWait is a wait as a dead letter's reason says it: to the second
+// from one up.
+func roundWait(d time.Duration) time.Duration {
+	if d >= time.Second {
+		return d.Round(time.Second)
+	}
+	return d.Round(time.Millisecond)
 }
 
 // interrupted settles a job whose handler was cancelled: by a stop that ran
@@ -258,22 +321,28 @@ func (w *Worker) settled(s *settlement) report {
 		s.finishAs(Requeued)
 		return report{}
 	}
-	s.logSettled(w.set)
+	s.logSettled(w)
 	s.finishWith(s.out)
 	return report{}
 }
 
-// logSettled writes the line that says how a job ended, once it has.
-func (s *settlement) logSettled(set *queueSet) {
+// logSettled writes the line that says how a job ended, once it has, at
+// the level of ARCHITECTURE.md's table ("Logging"): what is normal flow
+// at DEBUG, so that a busy worker logs nothing per job that goes well.
+func (s *settlement) logSettled(w *Worker) {
 	switch s.out.Result {
 	case Succeeded:
-		s.log.Info("job succeeded")
+		s.log.Debug("job succeeded")
 	case Deferred:
-		wait, _ := broker.HoldTTL(s.delay, set.deferGranularity)
-		s.log.Info("job deferred", "delay", s.delay, "waits", wait, "reason", s.out.Reason, "deferrals", s.msg.Deferrals)
+		wait, _ := broker.HoldTTL(s.delay, w.set.deferGranularity)
+		s.log.Debug("job deferred", "delay", s.delay, "waits", wait, "reason", s.out.Reason, "deferrals", s.msg.Deferrals)
 	case Retried:
-		wait, _ := broker.HoldTTL(s.delay, set.retryGranularity)
+		wait, _ := broker.HoldTTL(s.delay, w.set.retryGranularity)
 		s.log.Warn("job failed; retrying", "error", s.out.Err, "delay", s.delay, "waits", wait, "next_attempt", s.out.NextAttempt)
+	case Unhandled:
+		wait, _ := broker.HoldTTL(s.delay, w.set.retryGranularity)
+		s.log.Warn("no handler registered for the job's kind; holding it back to offer it again",
+			"waits", wait, "waited", s.waited, "dead_letter_after", w.unknownKindWait)
 	}
 }
 

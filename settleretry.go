@@ -5,7 +5,6 @@ import (
 
 	"github.com/queuey-go/queuey/broker"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 )
 
@@ -66,7 +65,7 @@ func (w *Worker) republishBackoff(tries int) time.Duration {
 		d *= 2
 	}
 	d = min(d, maxRepublishDelay)
-	return d/2 + rand.N(d/2+1)
+	return d/2 + time.Duration(w.jitter.republish.Int64N(int64(d/2+1)))
 }
 
 // giveUpSettling returns s's delivery to the broker unsettled: the worker

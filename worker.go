@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,9 @@ const DefaultRepublishDelay = time.Second
 // DefaultShutdownTimeout is how long a stopping worker waits for running
 // handlers before cancelling their ctx.
 const DefaultShutdownTimeout = 30 * time.Second
+
+// DefaultUnknownKindWait is WorkerConfig.UnknownKindWait's default.
+const DefaultUnknownKindWait = time.Hour
 
 // WorkerConfig configures a Worker. A nil config means every default.
 type WorkerConfig struct {
@@ -79,8 +83,30 @@ type WorkerConfig struct {
 	// and it runs again (at least once).
 	// Default DefaultRepublishDelay.
 	RepublishDelay time.Duration
+	// UnknownKindWait is how long a job of a kind this worker has no
+	// handler for waits for a worker that has one, as during a rolling
+	// deploy, when only the new version handles a new kind. Such a job is
+	// not run: it is held back (outcome Unhandled) and offered again a
+	// minute later (rounded up to RetryGranularity), behind the backlog
+	// (priority 0), with its attempt and deferrals unchanged; it is
+	// logged at WARN each time. Once it has waited UnknownKindWait since a
+	// worker first held it back, it is dead-lettered (cause
+	// CauseNoHandler, the wait in the reason) and logged at ERROR.
+	// Default DefaultUnknownKindWait; negative: dead-letter it at once.
+	UnknownKindWait time.Duration
 	// Clock drives timeouts, backoffs and restarts. Default: the real clock.
 	Clock clock.Clock
+	// Rand seeds every random choice of the worker: the jitter of retry
+	// backoffs (Backoff.Jitter), of republish backoffs (RepublishDelay)
+	// and of restarts after a crash. NewWorker draws from it, on the
+	// caller's goroutine, to seed the worker's own sources, one per use,
+	// and keeps no reference to it: it need not be safe for concurrent
+	// use. The same seed gives each use the same sequence of draws; which
+	// job gets which draw follows the order in which jobs fail, which is
+	// fixed when one job runs at a time (Concurrency 1, one queue) and up
+	// to the scheduler otherwise. Default: nil, randomly seeded sources.
+	// Package clocktest sets it from Options.Seed.
+	Rand *rand.Rand
 	// Logger receives the job log lines. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -96,7 +122,8 @@ type Worker struct {
 	shutdownTimeout time.Duration
 	republishDelay  time.Duration
 	poisonAfter     int
-	maxBytes        int // negative: no limit
+	maxBytes        int           // negative: no limit
+	unknownKindWait time.Duration // negative: dead-letter at once
 	onDeadLetter    func(context.Context, DeadLetterEvent)
 
 	overridesMu sync.Mutex                     // serialises changes of overrides
@@ -105,6 +132,7 @@ type Worker struct {
 	hooks       *Hooks
 	clock       clock.Clock
 	log         *slog.Logger
+	jitter      jitterSources // WorkerConfig.Rand's
 
 	hold           *holdActor               // set by Run before its queue actors start
 	inFlight       map[string]*atomic.Int32 // by Queue.Name: Worker.InFlight
@@ -150,10 +178,12 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 		republishDelay:  cmp.Or(cfg.RepublishDelay, DefaultRepublishDelay),
 		poisonAfter:     cfg.PoisonAfter,
 		maxBytes:        cmp.Or(cfg.MaxMessageBytes, DefaultMaxMessageBytes),
+		unknownKindWait: cmp.Or(cfg.UnknownKindWait, DefaultUnknownKindWait),
 		onDeadLetter:    cfg.OnDeadLetter,
 		middleware:      slices.Clone(cfg.Middleware),
 		hooks:           cfg.Hooks,
 		clock:           orRealClock(cfg.Clock),
+		jitter:          newJitter(cfg.Rand),
 		log:             orDefaultLogger(cfg.Logger),
 		handlers:        map[string]handler{},
 		inFlight:        map[string]*atomic.Int32{},
@@ -293,7 +323,7 @@ func (w *Worker) supervisor(ctx context.Context, fail context.CancelCauseFunc, t
 	if w.poisonAfter > 0 {
 		backstop += giveBackTimeout
 	}
-	return supervisor.New(supervisor.Spec{Name: "worker", Clock: w.clock, Logger: w.log, ShutdownTimeout: backstop}, children...)
+	return supervisor.New(supervisor.Spec{Name: "worker", Clock: w.clock, Logger: w.log, ShutdownTimeout: backstop, Rand: w.jitter.restart.Float64}, children...)
 }
 
 // waitPool waits for the handler goroutines to end, ShutdownTimeout at

@@ -42,6 +42,7 @@ type inWorker struct {
 
 type inOptions struct {
 	prefetch, concurrency, poisonAfter int
+	unknownKindWait                    time.Duration // WorkerConfig.UnknownKindWait
 	url                                string
 	opts                               rabbitmq.Options
 }
@@ -63,10 +64,11 @@ func (r *rig) startInWorker(o inOptions) *inWorker {
 	}}
 	var err error
 	iw.w, err = queuey.NewWorker(b, chaos.QueueSet(r.prefix, cmpOr(o.prefetch, 16)), &queuey.WorkerConfig{
-		Concurrency: o.concurrency,
-		PoisonAfter: o.poisonAfter,
-		Hooks:       hooks,
-		Logger:      log,
+		Concurrency:     o.concurrency,
+		PoisonAfter:     o.poisonAfter,
+		UnknownKindWait: o.unknownKindWait,
+		Hooks:           hooks,
+		Logger:          log,
 		OnDeadLetter: func(_ context.Context, dl queuey.DeadLetterEvent) {
 			iw.mu.Lock()
 			iw.dead = append(iw.dead, dl)
@@ -225,7 +227,9 @@ func TestFaultMalformedMessages(t *testing.T) {
 			t.Fatalf("raw publish %s: %v", kind, err)
 		}
 	}
-	iw := r.startInWorker(inOptions{prefetch: 32})
+	// An unknown kind is among the bad input: dead-lettered at once, not
+	// held back for a handler that never comes.
+	iw := r.startInWorker(inOptions{prefetch: 32, unknownKindWait: -1})
 	var deadN int
 	err := within(60*time.Second, func() bool {
 		ran, _ := iw.counts()

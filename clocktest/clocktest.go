@@ -3,6 +3,7 @@ package clocktest
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sync"
 	"testing"
@@ -22,9 +23,31 @@ var Epoch = time.Date(2026, time.January, 1, 0, 0, 0, 0, time.UTC)
 // Options adjust a Harness. A nil Options means every default.
 type Options struct {
 	// Worker configures the worker. The harness sets its Clock, adds the
-	// run log's middleware last, and defaults Concurrency to 1 so that the
-	// run order is the order the backend hands jobs out in.
+	// run log's middleware last, defaults Concurrency to 1 so that the
+	// run order is the order the backend hands jobs out in, and sets Rand
+	// from Seed unless it is set.
 	Worker queuey.WorkerConfig
+	// Seed seeds every random choice of the worker (WorkerConfig.Rand):
+	// the jitter of retry backoffs, of republish backoffs and of restarts.
+	// 0 takes the seed from the environment variable QUEUEY_SEED
+	// (SeedEnv) when it is set, and otherwise picks a random seed for the
+	// run. A test that fails logs its seed and how to rerun with it
+	// ("clocktest: seed 42; rerun with QUEUEY_SEED=42"); Harness.Seed
+	// has it. With one job running at a time (Concurrency 1, the default,
+	// and one queue), a seed fixes every run time; with more, which job
+	// gets which draw follows the scheduler. Ignored when Worker.Rand is
+	// set.
+	Seed uint64
+	// Watchdog bounds, in real time, each wait of Run's harness for the
+	// system to go idle (and, at the end, for the bubble's goroutines to
+	// exit). Past it, if goroutines of the bubble are blocked where the
+	// bubble cannot see them (real I/O: a network connection, a file, a
+	// syscall), the wait would never end: the watchdog ends the test
+	// process with a message that says why, what to do (NewHTTPServer in
+	// place of httptest.NewServer), and their stacks. A wait in which a
+	// goroutine is still running is let be. Default DefaultWatchdog;
+	// negative: no watchdog. A harness made with New has none.
+	Watchdog time.Duration
 	// Logger receives the worker's and producer's log lines. Default: none.
 	Logger *slog.Logger
 	// WrapBackend, when set, wraps the memory backend for the worker and
@@ -50,26 +73,48 @@ type Harness struct {
 	Worker *queuey.Worker
 	// Log records every handler run.
 	Log *RunLog
+	// Seed is the seed of the worker's random choices (Options.Seed); 0
+	// when Options.Worker.Rand was given.
+	Seed uint64
 
-	cancel context.CancelFunc
-	done   chan error
-	err    error
-	ended  bool
+	wd      *watchdog     // Run's; nil for New
+	servers []*HTTPServer // closed after the worker stopped
+	cancel  context.CancelFunc
+	done    chan error
+	err     error
+	ended   bool
 }
 
 // Run runs fn in a new synctest bubble with a harness for set, and stops
-// the harness when fn returns.
+// the harness when fn returns. A watchdog (Options.Watchdog) ends the test
+// process, with a message that says why, if the system is stuck on real
+// I/O.
 func Run(t *testing.T, set queuey.QueueSet, opts *Options, fn func(t *testing.T, h *Harness)) {
 	t.Helper()
+	var limit time.Duration
+	if opts != nil {
+		limit = opts.Watchdog
+	}
+	wd := startWatchdog(t.Name(), limit)
+	defer wd.stop()
 	synctest.Test(t, func(t *testing.T) {
-		fn(t, New(t, set, opts))
+		wd.enter()
+		t.Cleanup(wd.end) // the last cleanup: synctest.Test then waits for the bubble's goroutines
+		fn(t, newHarness(t, set, opts, wd))
 	})
 }
 
 // New builds a harness for set. It must be called inside a synctest bubble
-// (synctest.Test); Run does that for you. The harness is stopped, and its
-// backend closed, when t's test ends.
+// (synctest.Test); Run does that for you, and watches the harness
+// (Options.Watchdog), which New cannot do from inside the bubble. The
+// harness is stopped, and its backend closed, when t's test ends.
 func New(t *testing.T, set queuey.QueueSet, opts *Options) *Harness {
+	t.Helper()
+	return newHarness(t, set, opts, nil)
+}
+
+// newHarness is New, watched by wd (nil: not watched).
+func newHarness(t *testing.T, set queuey.QueueSet, opts *Options, wd *watchdog) *Harness {
 	t.Helper()
 	if opts == nil {
 		opts = &Options{}
@@ -80,7 +125,8 @@ func New(t *testing.T, set queuey.QueueSet, opts *Options) *Harness {
 	}
 	mock := clock.NewMock()
 	mock.Set(Epoch)
-	h := &Harness{T: t, Clock: mock, Backend: memory.New(&memory.Options{Clock: mock}), Log: &RunLog{}}
+	h := &Harness{T: t, Clock: mock, Backend: memory.New(&memory.Options{Clock: mock}), Log: &RunLog{}, wd: wd}
+	wc := h.workerConfig(opts, logger)
 
 	var backend broker.Backend = h.Backend
 	if opts.WrapBackend != nil {
@@ -91,28 +137,67 @@ func New(t *testing.T, set queuey.QueueSet, opts *Options) *Harness {
 	if err != nil {
 		t.Fatalf("clocktest: producer: %v", err)
 	}
-	wc := opts.Worker
-	wc.Clock, wc.Logger = mock, logger
-	if wc.Concurrency == 0 {
-		wc.Concurrency = 1
-	}
-	wc.Middleware = append(slices.Clone(wc.Middleware), h.Log.Middleware(mock))
 	h.Worker, err = queuey.NewWorker(backend, set, &wc)
 	if err != nil {
 		t.Fatalf("clocktest: worker: %v", err)
 	}
-	t.Cleanup(func() {
-		if h.ended { // the test stopped it and saw the result
-			_ = h.Backend.Close()
-			return
-		}
-		if err := h.Stop(); err != nil {
-			t.Errorf("clocktest: worker stopped with: %v", err)
-		}
-		_ = h.Backend.Close()
-	})
+	t.Cleanup(h.end)
 	return h
 }
+
+// workerConfig is the worker's configuration: opts.Worker on the harness's
+// clock, logger, run log and seed. The seed is logged if the test fails.
+func (h *Harness) workerConfig(opts *Options, logger *slog.Logger) queuey.WorkerConfig {
+	h.T.Helper()
+	wc := opts.Worker
+	wc.Clock, wc.Logger = h.Clock, logger
+	if wc.Concurrency == 0 {
+		wc.Concurrency = 1
+	}
+	wc.Middleware = append(slices.Clone(wc.Middleware), h.Log.Middleware(h.Clock))
+	seed, from, err := pickSeed(opts)
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	if from != seedNone {
+		h.Seed, wc.Rand = seed, seeded(seed)
+	}
+	logSeedOnFailure(h.T, seed, from) // registered first, it runs after h.end
+	h.wd.tell(seedLine(seed, from))
+	return wc
+}
+
+// end stops the harness at the end of the test, unless the test did, then
+// closes its HTTP servers and its backend.
+func (h *Harness) end() {
+	if !h.ended {
+		if err := h.Stop(); err != nil {
+			h.T.Errorf("clocktest: worker stopped with: %v", err)
+		}
+	}
+	for _, s := range slices.Backward(h.servers) {
+		s.Close()
+	}
+	_ = h.Backend.Close()
+}
+
+// NewHTTPServer starts an HTTPServer for handler (see NewHTTPServer) that
+// the harness closes when the test ends, once the worker has stopped. A
+// handler that calls it through its Client runs in virtual time, as any.
+func (h *Harness) NewHTTPServer(handler http.Handler) *HTTPServer {
+	s := NewHTTPServer(handler)
+	h.servers = append(h.servers, s)
+	return s
+}
+
+// wait returns when every goroutine of the system is blocked, under the
+// watchdog's eye.
+func (h *Harness) wait() { h.wd.waiting(synctest.Wait) }
+
+// move moves the clock forward by d, under the watchdog's eye: the mock
+// clock yields, between timers, by sleeping in the bubble's time, which
+// stands still while a goroutine of the bubble is blocked on real I/O.
+func (h *Harness) move(d time.Duration) { h.wd.waiting(func() { h.Clock.Add(d) }) }
 
 // Start starts the worker if it is not running yet, and waits until the
 // system is idle.
@@ -124,7 +209,7 @@ func (h *Harness) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.done = cancel, make(chan error, 1)
 	go func() { h.done <- h.Worker.Run(ctx) }()
-	synctest.Wait()
+	h.wait()
 }
 
 // Advance starts the worker if needed, moves the clock forward by d, firing
@@ -133,14 +218,14 @@ func (h *Harness) Start() {
 func (h *Harness) Advance(d time.Duration) {
 	h.T.Helper()
 	h.Start()
-	synctest.Wait() // what the test just did settles at the current time
-	h.Clock.Add(d)
-	synctest.Wait()
+	h.wait() // what the test just did settles at the current time
+	h.move(d)
+	h.wait()
 }
 
 // Idle returns when every goroutine of the system is blocked: nothing more
 // happens until the clock moves.
-func (h *Harness) Idle() { synctest.Wait() }
+func (h *Harness) Idle() { h.wait() }
 
 // WaitFor starts the worker if needed and lets virtual time pass, 100 ms at a
 // time, until cond holds; after 1,000 steps it fails the test with
@@ -167,7 +252,7 @@ func (h *Harness) BeginStop() {
 		return
 	}
 	h.cancel()
-	synctest.Wait()
+	h.wait()
 }
 
 // Stop stops the worker gracefully, advancing the clock while it waits for
@@ -179,13 +264,13 @@ func (h *Harness) Stop() error {
 	}
 	h.cancel()
 	for range 1000 {
-		synctest.Wait()
+		h.wait()
 		select {
 		case h.err = <-h.done:
 			h.ended = true
 			return h.err
 		default:
-			h.Clock.Add(time.Second) // a shutdown waiting on its timeout
+			h.move(time.Second) // a shutdown waiting on its timeout
 		}
 	}
 	h.T.Fatalf("clocktest: the worker did not stop within 1,000 s of virtual time")

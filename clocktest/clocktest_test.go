@@ -2,6 +2,10 @@ package clocktest_test
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,4 +78,34 @@ func TestWaitForLetsVirtualTimePass(t *testing.T) {
 			t.Errorf("ran at %v, want 42s", at)
 		}
 	})
+}
+
+// childEnv names, in a child process of runChild, the test it is to run.
+const childEnv = "CLOCKTEST_CHILD"
+
+// childOnly skips t unless this process is runChild's child for it: such a
+// test ends the process, or fails, on purpose.
+func childOnly(t *testing.T) {
+	t.Helper()
+	if os.Getenv(childEnv) != t.Name() {
+		t.Skip("run in a child process by the test that names it")
+	}
+}
+
+// runChild runs the test named name in a child process of this test
+// binary (as the Go standard library tests a crash), with env added to an
+// environment without QUEUEY_SEED, and returns its output, how long it ran
+// and how it exited.
+func runChild(t *testing.T, name string, env ...string) (string, time.Duration, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+name+"$", "-test.count=1", "-test.timeout=1m")
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, clocktest.SeedEnv+"=") || strings.HasPrefix(kv, childEnv+"=")
+	})
+	cmd.Env = append(cmd.Env, append(env, childEnv+"="+name)...)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	return string(out), time.Since(start), err
 }

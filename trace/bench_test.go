@@ -253,7 +253,7 @@ func BenchmarkHooks(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				p := &queuey.PublishInfo{
-					Op: queuey.OpEnqueue, System: "memory", Queue: qWork, JobID: "0196f5b4-7d2c-7c3e-9d5a-3b1f2e4c5d6e", Kind: "job",
+					Op: queuey.OpEnqueue, System: "memory", Queue: "work", BrokerQueue: qWork, JobID: "0196f5b4-7d2c-7c3e-9d5a-3b1f2e4c5d6e", Kind: "job",
 					Attempt: 1, Headers: map[string]string{},
 				}
 				if done := hooks.Publish(ctx, p); done != nil {
@@ -263,14 +263,14 @@ func BenchmarkHooks(b *testing.B) {
 		})
 		b.Run("deliver/"+c.name, func(b *testing.B) {
 			hooks := instrumented(b, c.sampler)
-			p := &queuey.PublishInfo{Op: queuey.OpEnqueue, System: "memory", Queue: qWork, JobID: "j", Kind: "job", Headers: map[string]string{}}
+			p := &queuey.PublishInfo{Op: queuey.OpEnqueue, System: "memory", Queue: "work", BrokerQueue: qWork, JobID: "j", Kind: "job", Headers: map[string]string{}}
 			if done := hooks.Publish(context.Background(), p); done != nil {
 				done(nil)
 			}
 			now := time.Now()
 			d := &queuey.DeliveryInfo{
-				System: "memory", Queue: qWork, Headers: p.Headers, DueAt: now, Started: now,
-				Job: queuey.JobContext{JobID: "0196f5b4-7d2c-7c3e-9d5a-3b1f2e4c5d6e", Kind: "job", Queue: qWork, Attempt: 1},
+				System: "memory", Queue: "work", BrokerQueue: qWork, Headers: p.Headers, DueAt: now, Started: now,
+				Job: queuey.JobContext{JobID: "0196f5b4-7d2c-7c3e-9d5a-3b1f2e4c5d6e", Kind: "job", Queue: "work", BrokerQueue: qWork, Attempt: 1},
 			}
 			ctx := context.Background()
 			b.ReportAllocs()

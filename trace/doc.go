@@ -67,11 +67,13 @@
 // queuey.job.attempt, queuey.job.deferrals, queuey.job.priority, and
 // messaging.message.conversation_id when the job has a correlation id.
 // Send spans add queuey.publish.op (enqueue, enqueue_after, defer, retry,
-// deferral, dead_letter, redelivery), queuey.delay_ms for a wait (whole
+// deferral, unhandled, dead_letter, redelivery), queuey.delay_ms for a wait (whole
 // milliseconds, as asked, before rounding to the granularity) and
 // queuey.dead_letter.reason for a dead letter. Process spans add
 // queuey.job.redelivered and, when the delivery is settled,
-// queuey.outcome: succeeded, retried, deferred, dead_lettered or requeued.
+// queuey.outcome: succeeded, retried, deferred, unhandled (held back for
+// want of a handler, queuey.WorkerConfig.UnknownKindWait), dead_lettered
+// or requeued.
 //
 // A span is given at its start the attributes the conventions list for
 // sampling decisions (messaging.system, the operation's type and name, the
@@ -89,6 +91,7 @@
 // trace is still found by messaging.message.id.
 //
 // Process span events: "deferred" (queuey.delay_ms, queuey.reason),
+// "unhandled" (queuey.delay_ms, queuey.reason),
 // "queue_paused" (queuey.paused_until, after queuey.PauseQueue),
 // "retry_scheduled" (queuey.delay_ms, queuey.next_attempt), "dead_lettered"
 // (queuey.reason), "timed_out", "panicked" (nothing more: the panic value

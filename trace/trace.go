@@ -37,10 +37,10 @@ const (
 	AttrJobDeferrals     = attribute.Key("queuey.job.deferrals")      // span
 	AttrJobPriority      = attribute.Key("queuey.job.priority")       // span
 	AttrJobRedelivered   = attribute.Key("queuey.job.redelivered")    // process span
-	AttrDelayMs          = attribute.Key("queuey.delay_ms")           // send span, deferred and retry_scheduled events
+	AttrDelayMs          = attribute.Key("queuey.delay_ms")           // send span, deferred, retry_scheduled and unhandled events
 	AttrDeadLetterReason = attribute.Key("queuey.dead_letter.reason") // dead-letter send span
 	AttrOutcome          = attribute.Key("queuey.outcome")            // process span and metric: a queuey.Result
-	AttrReason           = attribute.Key("queuey.reason")             // deferred and dead_lettered events
+	AttrReason           = attribute.Key("queuey.reason")             // deferred, dead_lettered and unhandled events
 	AttrNextAttempt      = attribute.Key("queuey.next_attempt")       // retry_scheduled event
 	AttrError            = attribute.Key("queuey.error")              // settle_failed event
 	AttrPausedUntil      = attribute.Key("queuey.paused_until")       // queue_paused event: RFC 3339, on the worker's clock
@@ -113,7 +113,7 @@ type sendInfo struct {
 
 // results are the outcomes whose attribute sets are made up front, in the
 // order of resultIndex.
-var results = [...]queuey.Result{queuey.Succeeded, queuey.Retried, queuey.Deferred, queuey.DeadLettered, queuey.Requeued}
+var results = [...]queuey.Result{queuey.Succeeded, queuey.Retried, queuey.Deferred, queuey.DeadLettered, queuey.Requeued, queuey.Unhandled}
 
 func resultIndex(r queuey.Result) int {
 	switch r {
@@ -127,6 +127,8 @@ func resultIndex(r queuey.Result) int {
 		return 3
 	case queuey.Requeued:
 		return 4
+	case queuey.Unhandled:
+		return 5
 	}
 	return -1
 }
@@ -340,7 +342,7 @@ func (in *Instrumentation) Hooks() *queuey.Hooks { return in.hooks }
 // one granularity step).
 func holds(p *queuey.PublishInfo) bool {
 	switch p.Op {
-	case queuey.OpEnqueueAfter, queuey.OpDefer, queuey.OpRetry, queuey.OpDeferral:
+	case queuey.OpEnqueueAfter, queuey.OpDefer, queuey.OpRetry, queuey.OpDeferral, queuey.OpUnhandled:
 		return true
 	}
 	return p.Delay > 0
@@ -349,7 +351,7 @@ func holds(p *queuey.PublishInfo) bool {
 // publish starts a PRODUCER span "send <destination>" under ctx and puts
 // its context into the message's headers.
 func (in *Instrumentation) publish(ctx context.Context, p *queuey.PublishInfo) func(error) {
-	qi := in.queue(p.System, p.Queue)
+	qi := in.queue(p.System, p.BrokerQueue)
 	dest := &qi.send
 	if p.Op == queuey.OpDeadLetter {
 		dest = &qi.dead
@@ -442,7 +444,7 @@ func (in *Instrumentation) deliver(ctx context.Context, d *queuey.DeliveryInfo) 
 	ctx = in.propagator.Extract(ctx, propagation.MapCarrier(d.Headers))
 	creation := oteltrace.SpanContextFromContext(ctx)
 
-	qi := in.queue(d.System, d.Queue)
+	qi := in.queue(d.System, d.BrokerQueue)
 	ctx, span := in.tracer.Start(ctx, qi.process, qi.processOpt...)
 	if creation.IsValid() {
 		// Added after the start rather than given to it, so that a span
@@ -515,6 +517,8 @@ func annotate(span oteltrace.Span, jc *queuey.JobContext, o *queuey.Outcome) {
 		span.AddEvent("retry_scheduled", oteltrace.WithAttributes(AttrDelayMs.Int64(o.Delay.Milliseconds()), AttrNextAttempt.Int(o.NextAttempt)))
 	case queuey.DeadLettered:
 		span.AddEvent("dead_lettered", oteltrace.WithAttributes(AttrReason.String(o.Reason)))
+	case queuey.Unhandled:
+		span.AddEvent("unhandled", oteltrace.WithAttributes(AttrDelayMs.Int64(o.Delay.Milliseconds()), AttrReason.String(o.Reason)))
 	}
 	if !o.PausedUntil.IsZero() {
 		span.AddEvent("queue_paused", oteltrace.WithAttributes(AttrPausedUntil.String(o.PausedUntil.UTC().Format(time.RFC3339Nano))))

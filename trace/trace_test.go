@@ -517,8 +517,8 @@ func TestTheDeliverHook(t *testing.T) {
 	started := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	delivery := func() *queuey.DeliveryInfo {
 		return &queuey.DeliveryInfo{
-			System: "rabbitmq", Queue: qWork, Started: started,
-			Job: queuey.JobContext{JobID: "j1", Kind: "job", Queue: qWork, Attempt: 1, CorrelationID: "order-7", Redelivered: true},
+			System: "rabbitmq", Queue: "work", BrokerQueue: qWork, Started: started,
+			Job: queuey.JobContext{JobID: "j1", Kind: "job", Queue: "work", BrokerQueue: qWork, Attempt: 1, CorrelationID: "order-7", Redelivered: true},
 		}
 	}
 

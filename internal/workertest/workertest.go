@@ -175,6 +175,7 @@ func newEnv(t *testing.T, cfg Config) *env {
 	e.worker, err = queuey.NewWorker(e.backend, e.set, &queuey.WorkerConfig{
 		Concurrency:     1, // one job at a time: the order of runs is the queue's
 		MaxMessageBytes: maxBytes,
+		UnknownKindWait: -1, // the orphan is dead-lettered at once (deadLetterHook)
 		Logger:          slog.New(slog.DiscardHandler),
 		OnDeadLetter:    e.deadLettered,
 		Hooks:           &queuey.Hooks{Deliver: e.delivered},

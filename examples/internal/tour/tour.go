@@ -261,9 +261,9 @@ func (t *tour) report(ctx context.Context, job Report, jc queuey.JobContext) err
 	// than racing them. Count the queue itself, not the hold queue: on
 	// RabbitMQ a message the hold queue let go is not yet on the queue.
 	for {
-		n, err := t.pending(jc.Queue)
+		n, err := t.pending(jc.BrokerQueue)
 		if err != nil {
-			t.abort(fmt.Errorf("count %s: %w", jc.Queue, err))
+			t.abort(fmt.Errorf("count %s: %w", jc.BrokerQueue, err))
 			return err
 		}
 		if n >= reports { // reports 2-5 behind this one, and the call
