@@ -10,8 +10,10 @@ import (
 	"github.com/queuey-go/queuey/broker"
 )
 
-// Backoff computes the wait before a retry. The zero value retries after one
-// hold step (the queue set's RetryGranularity).
+// Backoff computes the wait before a retry. The wait is rounded up to the
+// queue set's RetryGranularity (1 s by default): FixedBackoff(200ms) waits
+// 1 s unless the granularity is finer. The zero value retries after one
+// such step.
 type Backoff struct {
 	// Base is the wait after the first failed attempt.
 	Base time.Duration
