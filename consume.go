@@ -225,6 +225,9 @@ func (l *queueLoop) consume() error {
 func (l *queueLoop) declareAgain(stopCtx context.Context) {
 	ctx, cancel := l.w.clock.WithTimeout(stopCtx, declareAgainTimeout)
 	defer cancel()
+	if _, err := l.w.backend.Depth(ctx, l.q.broker); errors.Is(err, broker.ErrNoQueue) {
+		l.w.log.Warn("queue is gone; declaring it again", "queue", l.q.broker)
+	}
 	if err := l.declare(ctx); err != nil && !l.ended() && !errors.Is(err, broker.ErrClosed) { // consume says those
 		l.w.log.Warn("could not declare the queue again before consuming it", "queue", l.q.broker, "error", err)
 	}
