@@ -40,6 +40,7 @@ const (
 	OpDeadLetter   PublishOp = "dead_letter"   // to <q>.dead
 	OpRedelivery   PublishOp = "redelivery"    // a redelivered job, counted (WorkerConfig.PoisonAfter)
 	OpUnhandled    PublishOp = "unhandled"     // a job of a kind the worker has no handler for, held back (WorkerConfig.UnknownKindWait)
+	OpSchedule     PublishOp = "schedule"      // a tick of a Schedule
 )
 
 // PublishInfo describes one publish to Hooks.Publish.

@@ -85,6 +85,7 @@ func (c *queueConfig) suspects() broker.QueueSpec {
 type queueSet struct {
 	byName           map[string]*queueConfig // by Queue.Name
 	byBroker         map[string]*queueConfig // by broker name, its suspects queue's included
+	prefix           string
 	ordered          []*queueConfig
 	retryGranularity time.Duration
 	deferGranularity time.Duration
@@ -101,6 +102,7 @@ func resolve(set QueueSet) (*queueSet, error) {
 	s := &queueSet{
 		byName:           map[string]*queueConfig{},
 		byBroker:         map[string]*queueConfig{},
+		prefix:           set.Prefix,
 		retryGranularity: cmp.Or(set.RetryGranularity, broker.DefaultGranularity),
 		deferGranularity: cmp.Or(set.DeferGranularity, broker.DefaultGranularity),
 	}

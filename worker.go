@@ -117,6 +117,7 @@ type Worker struct {
 	backend         broker.Backend
 	set             *queueSet
 	queues          []*queueConfig
+	schedules       []*schedule // AddSchedule's, before Run
 	concurrency     int
 	jobTimeout      time.Duration
 	shutdownTimeout time.Duration
@@ -253,7 +254,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	case w.state != workerIdle:
 		w.mu.Unlock()
 		return ErrWorkerStopped
-	case len(w.handlers) == 0:
+	case len(w.handlers) == 0 && len(w.schedules) == 0:
 		w.mu.Unlock()
 		return ErrNoHandlers
 	}
@@ -308,14 +309,19 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // supervisor is the worker's supervision tree: the hold actor, then one
-// queue actor per consumed queue, each restarted alone when it crashes.
-// They stop in reverse order: the queue actors, which wait for their
-// handlers' holds, before the hold actor.
+// queue actor per consumed queue, then one schedule actor per schedule,
+// each restarted alone when it crashes. They stop in reverse order: the
+// schedules (a leader gives its lead back) first, the queue actors, which
+// wait for their handlers' holds, before the hold actor.
 func (w *Worker) supervisor(ctx context.Context, fail context.CancelCauseFunc, tasks chan task) *supervisor.Supervisor {
 	children := []supervisor.Child{{Name: "hold", Run: w.hold.Run, Restart: supervisor.Permanent}}
 	for _, q := range w.queues {
 		a := &queueActor{w: w, q: q, pool: tasks, fail: fail, stopping: ctx, inFlight: w.inFlight[q.Name]}
 		children = append(children, supervisor.Child{Name: "queue:" + q.broker, Run: a.Run, Restart: supervisor.Permanent})
+	}
+	for _, s := range w.schedules {
+		a := &scheduleActor{w: w, s: s}
+		children = append(children, supervisor.Child{Name: "schedule:" + s.Name, Run: a.Run, Restart: supervisor.Permanent})
 	}
 	// A queue actor gives its handlers 2×ShutdownTimeout, and with
 	// PoisonAfter giveBackTimeout more (waitOut); this is a backstop.

@@ -55,6 +55,11 @@ type QueueSpec struct {
 	// queue a worker keeps for itself (SuspectQueueName), whose dead
 	// letters go to its work queue's.
 	Plain bool
+	// SingleActiveConsumer delivers to one consumer at a time, the one
+	// that came first; when it ends, the next one takes over with what it
+	// left unsettled (x-single-active-consumer). A periodic schedule
+	// elects its leader so.
+	SingleActiveConsumer bool
 }
 
 // Message is one publish: an encoded envelope and the properties that mirror

@@ -252,6 +252,9 @@ func QueueArgs(spec QueueSpec) map[string]any {
 	if spec.MessageTTL > 0 {
 		args["x-message-ttl"] = min(max(ceilMs(spec.MessageTTL), 1), MaxTTLMs)
 	}
+	if spec.SingleActiveConsumer {
+		args["x-single-active-consumer"] = true
+	}
 	return args
 }
 

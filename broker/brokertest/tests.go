@@ -311,6 +311,19 @@ var tests = []struct {
 		e.ack(da)
 		e.ack(db)
 	}},
+	{"ASingleActiveConsumerTakesEverythingUntilItEnds", func(e *env) {
+		q := e.queue("sac")
+		e.declare(broker.QueueSpec{Name: q, Plain: true, SingleActiveConsumer: true})
+		first, second := e.consume(q, 2), e.consume(q, 2)
+		e.publish(msg(q, "1", 0), msg(q, "2", 0))
+		a, b := e.recv(first, 5*time.Second), e.recv(first, 5*time.Second)
+		e.none(second, 300*time.Millisecond)
+		e.ack(a)
+		first.Cancel() // the unsettled one goes to the next consumer
+		if got := e.recv(second, 5*time.Second).Message().ID; got != b.Message().ID {
+			e.t.Fatalf("the next consumer got %s, want %s", got, b.Message().ID)
+		}
+	}},
 	{"AnExclusiveConsumerIsAlone", func(e *env) {
 		ex, ok := e.b.(broker.ExclusiveConsumer)
 		if !ok {

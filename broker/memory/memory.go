@@ -336,16 +336,21 @@ func (q *queue) popLocked() *stored {
 }
 
 // dispatchLocked hands q's messages to its consumers, round-robin, while
-// one of them has room under its prefetch.
+// one of them has room under its prefetch; on a queue with a single active
+// consumer, to the first of them only.
 func (b *Backend) dispatchLocked(q *queue) {
 	b.expireLocked(q)
 	for len(q.consumers) > 0 && q.pending() > 0 {
 		var c *consumer
-		for i := range q.consumers {
-			cand := q.consumers[(q.next+i)%len(q.consumers)]
+		active := q.consumers
+		if q.spec.SingleActiveConsumer {
+			active = q.consumers[:1]
+		}
+		for i := range active {
+			cand := active[(q.next+i)%len(active)]
 			if len(cand.unacked) < cand.prefetch {
 				c = cand
-				q.next = (q.next + i + 1) % len(q.consumers)
+				q.next = (q.next + i + 1) % len(active)
 				break
 			}
 		}

@@ -1,0 +1,240 @@
+package queuey
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/queuey-go/queuey/broker"
+)
+
+// A schedule's leader is elected through the broker (ARCHITECTURE.md §1,
+// "Periodic jobs"): every worker that has the schedule consumes its state
+// queue, which has a single active consumer, and the state queue holds one
+// message, the last tick fired. The active consumer receives it and keeps
+// it unsettled: while it holds it, it leads. It fires each tick (the job
+// first, then a new state message), and settles the old state once the new
+// one comes back to it. When it stops or dies, the broker gives the state
+// back and hands it to the next consumer, which knows from it where the
+// old leader stopped.
+
+// schedulerPrefetch lets a leader receive, beside the state it holds, the
+// new state it published and the stray first states of workers that
+// started together, and keep the latest.
+const schedulerPrefetch = 4
+
+// scheduleRetry is how long a leader waits before it publishes a tick or
+// a state again after a failed publish.
+const scheduleRetry = time.Second
+
+// scheduleActor runs one schedule in one worker: a candidate, or the
+// leader.
+type scheduleActor struct {
+	w *Worker
+	s *schedule
+}
+
+// Run declares the state queue, gives it a first state if it has none,
+// and runs the schedule until ctx ends: a worker that stops gives the lead
+// (and the state it holds) back to the broker.
+func (a *scheduleActor) Run(ctx context.Context) error {
+	spec := broker.QueueSpec{Name: a.s.state, Durable: true, Plain: true, SingleActiveConsumer: true}
+	if err := a.w.backend.Declare(ctx, spec); err != nil {
+		return fmt.Errorf("schedule %q: declare its state queue: %w", a.s.Name, err)
+	}
+	if err := a.seed(ctx); err != nil {
+		return err
+	}
+	c, err := a.w.backend.Consume(ctx, a.s.state, schedulerPrefetch)
+	if err != nil {
+		return fmt.Errorf("schedule %q: consume its state queue: %w", a.s.Name, err)
+	}
+	l := &scheduleLoop{a: a, log: a.w.log.With("schedule", a.s.Name)}
+	defer l.stopTimer()
+	defer c.Cancel()
+	return l.run(ctx, c)
+}
+
+// seed publishes a first state (nothing fired yet) when the state queue
+// has none ready: none was ever published, or a leader holds it, and then
+// the leader drops this one.
+func (a *scheduleActor) seed(ctx context.Context) error {
+	n, err := a.w.backend.Depth(ctx, a.s.state)
+	if err != nil || n > 0 {
+		return err
+	}
+	if err := a.w.backend.Publish(ctx, a.s.stateMessage(time.Time{})); err != nil {
+		return fmt.Errorf("schedule %q: publish its first state: %w", a.s.Name, err)
+	}
+	return nil
+}
+
+// scheduleLoop is a schedule actor's state, owned by its goroutine.
+type scheduleLoop struct {
+	a        *scheduleActor
+	log      *slog.Logger
+	held     broker.Delivery // the state it leads with; nil while a candidate
+	heldTick time.Time       // the tick held says
+	last     time.Time       // the last tick fired (or recorded) as far as it knows
+	from     time.Time       // when it took the lead: ticks come after it when none fired before
+	pending  []time.Time     // ticks due and not yet published
+	recorded bool            // the state after last is published
+	timer    *clock.Timer
+	timerC   <-chan time.Time
+}
+
+// run reacts to state deliveries and to its timer until ctx ends.
+func (l *scheduleLoop) run(ctx context.Context, c broker.Consumer) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case d, ok := <-c.Deliveries():
+			if !ok {
+				return fmt.Errorf("schedule %q: its state queue's consumer ended: %w", l.a.s.Name, cmpErr(c.Err()))
+			}
+			l.take(ctx, d)
+		case <-l.timerC:
+			l.timerC = nil
+			l.due(ctx)
+		}
+	}
+}
+
+// cmpErr is err, or a plain word for a consumer that ended without one.
+func cmpErr(err error) error {
+	if err == nil {
+		return errors.New("cancelled")
+	}
+	return err
+}
+
+// take keeps the latest of the states it is given and settles the others.
+// The first one makes it the leader: it fires what the policy says of the
+// ticks missed since, then waits for the next.
+func (l *scheduleLoop) take(ctx context.Context, d broker.Delivery) {
+	var st scheduleState
+	if err := json.Unmarshal(d.Message().Body, &st); err != nil {
+		l.log.Error("a schedule's state queue held a message that is not a state; dropping it", "error", err)
+		_ = d.Ack(ctx)
+		return
+	}
+	tick := st.last()
+	if l.held != nil {
+		if tick.Before(l.heldTick) {
+			_ = d.Ack(ctx)
+			return
+		}
+		_ = l.held.Ack(ctx)
+	} else {
+		l.from = l.a.w.clock.Now()
+		l.log.Info("leading the schedule", "last_tick", tick)
+	}
+	l.held, l.heldTick = d, tick
+	if tick.After(l.last) {
+		l.last = tick
+		l.pending = l.a.s.dueTicks(tick, l.a.w.clock.Now())
+		l.recorded = true
+		if n := len(l.pending); n > 0 {
+			l.log.Warn("firing ticks missed while no worker led the schedule", "ticks", n, "policy", l.a.s.Missed)
+		}
+	}
+	l.due(ctx)
+}
+
+// due publishes what is due, then sets the timer for what comes next.
+func (l *scheduleLoop) due(ctx context.Context) {
+	if l.held == nil {
+		return
+	}
+	now := l.a.w.clock.Now()
+	if len(l.pending) == 0 {
+		next := l.a.s.table.next(l.after())
+		if next.After(now) {
+			l.arm(next.Sub(now))
+			return
+		}
+		l.pending = []time.Time{next}
+	}
+	if err := l.publishDue(ctx); err != nil {
+		l.log.Warn("a schedule's publish failed; trying again", "error", err, "in", scheduleRetry)
+		l.arm(scheduleRetry)
+		return
+	}
+	l.due(ctx)
+}
+
+// after is the time the next tick follows: the last tick fired, or the
+// time this worker took the lead if that is later (what fell between was
+// missed, and take has dealt with it by the schedule's policy).
+func (l *scheduleLoop) after() time.Time {
+	if l.from.After(l.last) {
+		return l.from
+	}
+	return l.last
+}
+
+// publishDue enqueues the pending ticks in order, each followed by the
+// state that records it.
+func (l *scheduleLoop) publishDue(ctx context.Context) error {
+	for len(l.pending) > 0 {
+		tick := l.pending[0]
+		if err := l.enqueue(ctx, tick); err != nil {
+			return err
+		}
+		l.pending = l.pending[1:]
+		l.last, l.recorded = tick, false
+		if err := l.record(ctx); err != nil {
+			return err
+		}
+	}
+	if !l.recorded {
+		return l.record(ctx)
+	}
+	return nil
+}
+
+// enqueue publishes tick's job, as Producer.Enqueue would.
+func (l *scheduleLoop) enqueue(ctx context.Context, tick time.Time) error {
+	msg, err := l.a.s.tickEnvelope(tick).Message()
+	if err != nil {
+		return err
+	}
+	done := l.a.w.publishHook(ctx, OpSchedule, &msg, 0, "")
+	err = l.a.w.backend.Publish(ctx, msg)
+	done(err)
+	if err != nil {
+		return fmt.Errorf("enqueue the tick of %s: %w", tick.Format(time.RFC3339), err)
+	}
+	l.log.Debug("schedule fired", "tick", tick, "job_id", msg.ID, "kind", msg.Type)
+	return nil
+}
+
+// record publishes the state after l.last; the old state is settled when
+// this one comes back (take).
+func (l *scheduleLoop) record(ctx context.Context) error {
+	if err := l.a.w.backend.Publish(ctx, l.a.s.stateMessage(l.last)); err != nil {
+		return fmt.Errorf("record the tick of %s: %w", l.last.Format(time.RFC3339), err)
+	}
+	l.recorded = true
+	return nil
+}
+
+// arm sets the timer to fire after d.
+func (l *scheduleLoop) arm(d time.Duration) {
+	l.stopTimer()
+	l.timer = l.a.w.clock.Timer(d)
+	l.timerC = l.timer.C
+}
+
+func (l *scheduleLoop) stopTimer() {
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer, l.timerC = nil, nil
+	}
+}
