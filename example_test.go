@@ -82,3 +82,39 @@ func ExampleDefer() {
 	fmt.Println(err)
 	// Output: job deferred for 30s: rate limited
 }
+
+// A schedule enqueues its job at each tick, from whichever worker leads it;
+// add it to every worker of a fleet and each tick still runs once.
+func ExampleWorker_AddSchedule() {
+	ctx := context.Background()
+	backend := memory.New(nil)
+	app := queuey.QueueSet{Queues: []queuey.Queue{emails}}
+	worker, err := queuey.NewWorker(backend, app, &queuey.WorkerConfig{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
+	ran := make(chan string, 1)
+	err = queuey.Handle(worker, func(ctx context.Context, job SendEmail, jc queuey.JobContext) error {
+		select {
+		case ran <- fmt.Sprintf("to %s, for a tick on a whole second: %v", job.To, jc.EnqueuedAt.Equal(jc.EnqueuedAt.Truncate(time.Second))):
+		default: // a later tick, while the example stops
+		}
+		return nil
+	})
+	if err != nil {
+		panic(err)
+	}
+	err = worker.AddSchedule(queuey.Schedule{Name: "digest", Job: SendEmail{To: "team@example.com"}, Every: time.Second})
+	if err != nil {
+		panic(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	stopped := make(chan error)
+	go func() { stopped <- worker.Run(runCtx) }()
+	fmt.Println(<-ran)
+	stop()
+	fmt.Println("worker stopped:", <-stopped)
+	// Output:
+	// to team@example.com, for a tick on a whole second: true
+	// worker stopped: <nil>
+}

@@ -151,6 +151,9 @@ func resolveSchedule(s Schedule, set *queueSet) (*schedule, error) {
 	if err := broker.ValidateQueueName(state); err != nil {
 		return nil, fmt.Errorf("%w: schedule %q: %w", ErrInvalidSchedule, s.Name, err)
 	}
+	if _, taken := set.byBroker[state]; taken {
+		return nil, fmt.Errorf("%w: schedule %q: its state queue %q is a queue of the set", ErrInvalidSchedule, s.Name, state)
+	}
 	return &schedule{Schedule: s, table: table, q: q, payload: payload, state: state}, nil
 }
 

@@ -928,7 +928,8 @@ type workerOptions struct {
 	shutdownTimeout time.Duration
 	heartbeat       time.Duration
 	url             string
-	name            string // connection-name suffix, default w<N>
+	name            string        // connection-name suffix, default w<N>
+	scheduleEvery   time.Duration // when set, a candidate leader of the "chaos" schedule
 }
 
 // proc is one chaosworker process.
@@ -962,6 +963,7 @@ func (r *rig) startWorker(o workerOptions) *proc {
 		"-shutdown-timeout", cmp.Or(o.shutdownTimeout, 10*time.Second).String(),
 		"-conn-name", name,
 		"-heartbeat", o.heartbeat.String(),
+		"-schedule-every", o.scheduleEvery.String(),
 	}
 	p := &proc{name: name, logPath: filepath.Join(r.dir, fmt.Sprintf("worker-%03d.log", n)), done: make(chan struct{})}
 	logf, err := os.Create(p.logPath)

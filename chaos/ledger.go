@@ -78,6 +78,9 @@ type Record struct {
 	Attempt     int    `json:"attempt,omitempty"`
 	Redelivered bool   `json:"redelivered,omitempty"`
 	At          int64  `json:"at"` // unix ns
+	// EnqueuedAt is the job's enqueue time, unix ms (a start's): for a
+	// scheduled job, its tick.
+	EnqueuedAt int64 `json:"enqueued_at,omitempty"`
 	PID         int    `json:"pid"`
 	// Err is a done record's handler error.
 	Err string `json:"err,omitempty"`

@@ -124,3 +124,20 @@ func DeadLettersOfSlow(ctx context.Context, backend broker.Backend, id string) e
 	fmt.Println("replayed", n)
 	return err
 }
+
+// Nightly has worker run a report every day at 03:00 in Amsterdam: every
+// worker that adds the schedule is a candidate, one of them fires each
+// tick.
+func Nightly(worker *queuey.Worker) error {
+	ams, err := time.LoadLocation("Europe/Amsterdam")
+	if err != nil {
+		return err
+	}
+	return worker.AddSchedule(queuey.Schedule{
+		Name:     "nightly-report",
+		Job:      CallAPI{URL: "http://127.0.0.1:8080/report"},
+		Cron:     "0 3 * * *",
+		Location: ams,
+		Missed:   queuey.FireLatest, // the default: a night missed while no worker ran is run once
+	})
+}

@@ -4,7 +4,7 @@
 // real (SIGKILL, os.Exit in a handler) and still score what it did.
 //
 //	chaosworker -prefix P -ledger FILE [-prefetch 4] [-concurrency N] [-poison-after N]
-//	            [-shutdown-timeout 10s] [-conn-name NAME] [-heartbeat 0]
+//	            [-shutdown-timeout 10s] [-conn-name NAME] [-heartbeat 0] [-schedule-every 0]
 //
 // The broker is $QUEUEY_AMQP_URL, else the local one as guest; the URL is
 // never a flag, so that a password stays out of the process list. Logs go
@@ -43,6 +43,7 @@ func run() int {
 	shutdown := flag.Duration("shutdown-timeout", 10*time.Second, "WorkerConfig.ShutdownTimeout: the grace period")
 	connName := flag.String("conn-name", "", "connection name shown by rabbitmqctl list_connections")
 	heartbeat := flag.Duration("heartbeat", 0, "rabbitmq.Options.Heartbeat (default the library's)")
+	every := flag.Duration("schedule-every", 0, "when set, the worker is also a candidate to lead the schedule \"chaos\", which enqueues a chaos.Job at this interval")
 	flag.Parse()
 	if *prefix == "" || *ledgerPath == "" {
 		fmt.Fprintln(os.Stderr, "chaosworker: -prefix and -ledger are required")
@@ -99,6 +100,9 @@ func run() int {
 			return handle(ctx, ledger, j, jc)
 		})
 	}
+	if err == nil && *every > 0 {
+		err = worker.AddSchedule(queuey.Schedule{Name: "chaos", Job: chaos.Job{Seq: -1}, Every: *every})
+	}
 	if err != nil {
 		connLog.Error("worker setup failed", "error", err)
 		_ = backend.Close()
@@ -127,7 +131,8 @@ func run() int {
 // handle runs one chaos.Job: it records the start, works, maybe fails or
 // crashes, and records the return.
 func handle(ctx context.Context, ledger *chaos.Ledger, j chaos.Job, jc queuey.JobContext) error {
-	ledger.Write(chaos.Record{Ev: chaos.EvStart, ID: jc.JobID, Seq: j.Seq, Attempt: jc.Attempt, Redelivered: jc.Redelivered, NotBefore: j.NotBefore})
+	ledger.Write(chaos.Record{Ev: chaos.EvStart, ID: jc.JobID, Seq: j.Seq, Attempt: jc.Attempt, Redelivered: jc.Redelivered, NotBefore: j.NotBefore,
+		EnqueuedAt: jc.EnqueuedAt.UnixMilli()})
 	if j.Crash {
 		os.Exit(1) // a poison job: the process dies with its deliveries unsettled
 	}
