@@ -81,7 +81,7 @@ type Record struct {
 	// EnqueuedAt is the job's enqueue time, unix ms (a start's): for a
 	// scheduled job, its tick.
 	EnqueuedAt int64 `json:"enqueued_at,omitempty"`
-	PID         int    `json:"pid"`
+	PID        int   `json:"pid"`
 	// Err is a done record's handler error.
 	Err string `json:"err,omitempty"`
 	// Result, Ran and SettleErr describe a settled record.
