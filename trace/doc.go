@@ -67,7 +67,8 @@
 // queuey.job.attempt, queuey.job.deferrals, queuey.job.priority, and
 // messaging.message.conversation_id when the job has a correlation id.
 // Send spans add queuey.publish.op (enqueue, enqueue_after, defer, retry,
-// deferral, unhandled, dead_letter, redelivery), queuey.delay_ms for a wait (whole
+// deferral, unhandled, schedule (a tick of a queuey.Schedule, the root of
+// its job's trace), dead_letter, redelivery), queuey.delay_ms for a wait (whole
 // milliseconds, as asked, before rounding to the granularity) and
 // queuey.dead_letter.reason for a dead letter. Process spans add
 // queuey.job.redelivered and, when the delivery is settled,
