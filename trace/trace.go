@@ -411,7 +411,20 @@ func appendJob(attrs []attribute.KeyValue, id, kind string, attempt, deferrals, 
 // setSendAttributes gives a send span the attributes its start options do
 // not, in one call.
 func setSendAttributes(span oteltrace.Span, p *queuey.PublishInfo) {
-	attrs := make([]attribute.KeyValue, 0, 12)
+	n := 1 // sized exactly: a slice of 12 took twice the bytes (BenchmarkSDKFloor)
+	if p.JobID != "" {
+		n += 5
+	}
+	if p.CorrelationID != "" {
+		n++
+	}
+	if p.Delay > 0 {
+		n++
+	}
+	if p.Op == queuey.OpDeadLetter {
+		n++
+	}
+	attrs := make([]attribute.KeyValue, 0, n)
 	attrs = append(attrs, AttrPublishOp.String(string(p.Op)))
 	if p.JobID != "" { // empty for the dead letter of a body that was not an envelope
 		attrs = appendJob(attrs, p.JobID, p.Kind, p.Attempt, p.Deferrals, p.Priority)
@@ -489,7 +502,17 @@ func (in *Instrumentation) finish(ctx context.Context, span oteltrace.Span, qi *
 // and status.
 func annotate(span oteltrace.Span, jc *queuey.JobContext, o *queuey.Outcome) {
 	errType, desc, failed := failure(o)
-	attrs := make([]attribute.KeyValue, 0, 12)
+	n := 1 // the outcome; sized exactly, as in setSendAttributes
+	if jc.JobID != "" {
+		n += 6
+		if jc.CorrelationID != "" {
+			n++
+		}
+	}
+	if failed {
+		n++
+	}
+	attrs := make([]attribute.KeyValue, 0, n)
 	if jc.JobID != "" { // empty when the body is not an envelope
 		attrs = appendJob(attrs, jc.JobID, jc.Kind, jc.Attempt, jc.Deferrals, jc.Priority)
 		attrs = append(attrs, AttrJobRedelivered.Bool(jc.Redelivered))
