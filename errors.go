@@ -34,7 +34,8 @@ var (
 	ErrMessageTooLarge = errors.New("queuey: message too large")
 	// ErrDuplicateHandler: a second handler for the same job kind.
 	ErrDuplicateHandler = errors.New("queuey: duplicate handler")
-	// ErrNoHandlers: a worker was run with no handler registered.
+	// ErrNoHandlers: a worker was run with no handler registered and no
+	// schedule added.
 	ErrNoHandlers = errors.New("queuey: worker has no handlers")
 	// ErrWorkerStarted: handlers must be registered before Run.
 	ErrWorkerStarted = errors.New("queuey: worker already started")

@@ -31,16 +31,20 @@ type Schedule struct {
 	Job Job
 	// Every fires the schedule at each multiple of Every since the zero
 	// time (so at every whole hour for time.Hour, at UTC midnight for 24
-	// hours); at least a second. Exactly one of Every and Cron is set.
+	// hours); at least a second, in whole milliseconds (the state a leader
+	// hands on keeps its ticks in milliseconds). Exactly one of Every and
+	// Cron is set.
 	Every time.Duration
 	// Cron fires the schedule by a cron expression of five fields (minute,
 	// hour, day of month, month, day of week) or a descriptor (@daily,
 	// @hourly, @every is refused: use Every), as github.com/robfig/cron/v3
-	// reads them.
+	// reads them. One that never fires (February 30) is refused.
 	Cron string
 	// Location is the time zone Cron is read in. Default UTC. Across a
 	// daylight-saving change a local time that does not exist is skipped
-	// and one that happens twice fires once.
+	// and one that happens twice fires once, except in a schedule that
+	// fires every hour ("*/15 * * * *"), which fires through the repeated
+	// hour as cron does.
 	Location *time.Location
 	// Missed says what happens to ticks that fell while no worker led the
 	// schedule (none ran, or a failover was under way). Default FireLatest.
@@ -118,11 +122,41 @@ func (i interval) next(t time.Time) time.Time {
 
 // cronTable ticks by a cron schedule read in loc.
 type cronTable struct {
-	s   cron.Schedule
-	loc *time.Location
+	s         cron.Schedule
+	loc       *time.Location
+	everyHour bool
 }
 
-func (c cronTable) next(t time.Time) time.Time { return c.s.Next(t.In(c.loc)) }
+// next skips a local time read a second time, as the clocks go back: it
+// fired the first time. A schedule that fires every hour fires through
+// the repeated hour too, as cron runs such jobs, rather than leave an
+// hour without a tick.
+func (c cronTable) next(t time.Time) time.Time {
+	n := c.s.Next(t.In(c.loc))
+	for !c.everyHour && repeated(n) {
+		n = c.s.Next(n)
+	}
+	return n
+}
+
+// everyHour reports a cron schedule whose hour field takes every hour.
+func everyHour(s cron.Schedule) bool {
+	spec, ok := s.(*cron.SpecSchedule)
+	return ok && spec.Hour&(1<<24-1) == 1<<24-1
+}
+
+// repeated says whether t's local time was read before, an offset change
+// earlier: t falls in the hour (or so) that a daylight-saving change sets
+// the clocks back over.
+func repeated(t time.Time) bool {
+	start, _ := t.ZoneBounds()
+	if start.IsZero() {
+		return false
+	}
+	_, offset := t.Zone()
+	_, before := start.Add(-time.Nanosecond).Zone()
+	return before > offset && t.Before(start.Add(time.Duration(before-offset)*time.Second))
+}
 
 // resolveSchedule checks s against set and resolves it.
 func resolveSchedule(s Schedule, set *queueSet) (*schedule, error) {
@@ -176,8 +210,8 @@ func (s Schedule) timetable() (timetable, error) {
 	case s.Every != 0 && s.Cron != "":
 		return nil, fmt.Errorf("%w: schedule %q: both Every and Cron are set", ErrInvalidSchedule, s.Name)
 	case s.Every != 0:
-		if s.Every < time.Second {
-			return nil, fmt.Errorf("%w: schedule %q: Every %v is under a second", ErrInvalidSchedule, s.Name, s.Every)
+		if s.Every < time.Second || s.Every%time.Millisecond != 0 {
+			return nil, fmt.Errorf("%w: schedule %q: Every %v is under a second or not whole milliseconds", ErrInvalidSchedule, s.Name, s.Every)
 		}
 		return interval(s.Every), nil
 	case s.Cron != "":
@@ -188,11 +222,14 @@ func (s Schedule) timetable() (timetable, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: schedule %q: cron %q: %w", ErrInvalidSchedule, s.Name, s.Cron, err)
 		}
+		if c.Next(time.Now()).IsZero() {
+			return nil, fmt.Errorf("%w: schedule %q: cron %q never fires", ErrInvalidSchedule, s.Name, s.Cron)
+		}
 		loc := s.Location
 		if loc == nil {
 			loc = time.UTC
 		}
-		return cronTable{s: c, loc: loc}, nil
+		return cronTable{s: c, loc: loc, everyHour: everyHour(c)}, nil
 	}
 	return nil, fmt.Errorf("%w: schedule %q: neither Every nor Cron is set", ErrInvalidSchedule, s.Name)
 }

@@ -2,15 +2,23 @@ package queuey_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
+	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/queuey-go/queuey"
+	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/broker/memory"
 	"github.com/queuey-go/queuey/clocktest"
 )
 
@@ -217,6 +225,8 @@ func TestInvalidSchedulesAreRefused(t *testing.T) {
 			"no job":         {Name: "x", Every: time.Hour},
 			"a foreign job":  {Name: "x", Job: elsewhere{}, Every: time.Hour},
 			"a bad policy":   {Name: "x", Job: alphaJob{}, Every: time.Hour, Missed: 7},
+			"never fires":    {Name: "never", Job: alphaJob{}, Cron: "0 0 30 2 *"},
+			"not whole ms":   {Name: "odd", Job: alphaJob{}, Every: time.Second + time.Microsecond},
 		} {
 			if err := h.Worker.AddSchedule(s); !errors.Is(err, queuey.ErrInvalidSchedule) {
 				t.Errorf("%s: AddSchedule = %v, want ErrInvalidSchedule", name, err)
@@ -227,4 +237,440 @@ func TestInvalidSchedulesAreRefused(t *testing.T) {
 			t.Errorf("the same name twice: %v, want ErrInvalidSchedule", err)
 		}
 	})
+}
+
+// hourlyState is the broker name of hourly's state queue in app.
+const hourlyState = "test.schedule.hourly"
+
+// stateOf reads m as a schedule's state message: its schedule, its last
+// tick, and whether it is one.
+func stateOf(m broker.Message) (string, time.Time, bool) {
+	var st struct {
+		Schedule   string `json:"schedule"`
+		LastTickMs int64  `json:"last_tick_ms"`
+	}
+	if !strings.Contains(m.Queue, ".schedule.") || json.Unmarshal(m.Body, &st) != nil {
+		return "", time.Time{}, false
+	}
+	return st.Schedule, time.UnixMilli(st.LastTickMs).UTC(), true
+}
+
+// isState says whether m is the state message that records tick.
+func isState(m broker.Message, tick time.Time) bool {
+	_, last, ok := stateOf(m)
+	return ok && last.Equal(tick)
+}
+
+// faultyBackend wraps the memory backend for one worker: it refuses the
+// publishes refuse picks (refuse is called under mu, with the count of the
+// publishes it picked before), and never hands over the deliveries hide
+// picks, as if they were still on their way when the worker stopped.
+type faultyBackend struct {
+	*memory.Backend
+	mu      sync.Mutex
+	refuse  func(m broker.Message) bool
+	hide    func(m broker.Message) bool
+	refused int
+}
+
+func (b *faultyBackend) wrap(m *memory.Backend) broker.Backend {
+	b.Backend = m
+	return b
+}
+
+func (b *faultyBackend) Publish(ctx context.Context, m broker.Message) error {
+	b.mu.Lock()
+	no := b.refuse != nil && b.refuse(m)
+	if no {
+		b.refused++
+	}
+	b.mu.Unlock()
+	if no {
+		return errors.New("the broker refused the publish")
+	}
+	return b.Backend.Publish(ctx, m)
+}
+
+func (b *faultyBackend) Consume(ctx context.Context, queue string, prefetch int) (broker.Consumer, error) {
+	c, err := b.Backend.Consume(ctx, queue, prefetch)
+	if err != nil || b.hide == nil {
+		return c, err
+	}
+	h := &hidingConsumer{Consumer: c, out: make(chan broker.Delivery), done: make(chan struct{})}
+	go h.forward(b.hide)
+	return h, nil
+}
+
+// hidingConsumer hands over its consumer's deliveries but those hide picks.
+type hidingConsumer struct {
+	broker.Consumer
+	out  chan broker.Delivery
+	done chan struct{}
+	once sync.Once
+}
+
+func (h *hidingConsumer) forward(hide func(broker.Message) bool) {
+	defer close(h.out)
+	for d := range h.Consumer.Deliveries() {
+		if hide(d.Message()) {
+			continue
+		}
+		select {
+		case h.out <- d:
+		case <-h.done:
+			return
+		}
+	}
+}
+
+func (h *hidingConsumer) Deliveries() <-chan broker.Delivery { return h.out }
+
+func (h *hidingConsumer) Cancel() {
+	h.once.Do(func() { close(h.done) })
+	h.Consumer.Cancel()
+}
+
+// A leader that stops after it published a tick's new state, but before
+// that state came back to it, gives back both its old state and the new
+// one: the next leader fires that tick again if it acts on the old state
+// before it sees the new one.
+func TestScheduleFailoverBeforeTheNewStateCameBackDoublesNoTick(t *testing.T) {
+	tick2 := clocktest.Epoch.Add(2 * time.Hour)
+	fb := &faultyBackend{hide: func(m broker.Message) bool { return isState(m, tick2) }}
+	var r ticked
+	clocktest.Run(t, app, &clocktest.Options{WrapBackend: fb.wrap}, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, r.handler(h.Clock)))
+		must(t, h.Worker.AddSchedule(hourly))
+		h.Start() // first: it leads
+		second := secondWorkerWith(t, h, &r, hourly)
+		h.Advance(2*time.Hour + 30*time.Minute)
+		must(t, h.Stop())
+		h.Advance(2 * time.Hour)
+		second.stop(t)
+	})
+	if diff := cmp.Diff(every(clocktest.Epoch.Add(time.Hour), time.Hour, 4), r.times()); diff != "" {
+		t.Fatalf("ticks (-want +got):\n%s", diff)
+	}
+}
+
+// A state whose publish failed is published again a second later, not at
+// the next tick: a failover meanwhile would fire the tick again.
+func TestScheduleAFailedRecordIsRetriedAfterASecond(t *testing.T) {
+	tick2 := clocktest.Epoch.Add(2 * time.Hour)
+	fb := &faultyBackend{}
+	fb.refuse = func(m broker.Message) bool { return isState(m, tick2) && fb.refused == 0 }
+	var r ticked
+	clocktest.Run(t, app, &clocktest.Options{WrapBackend: fb.wrap}, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, r.handler(h.Clock)))
+		must(t, h.Worker.AddSchedule(hourly))
+		h.Start()
+		second := secondWorkerWith(t, h, &r, hourly)
+		h.Advance(2*time.Hour + 2*time.Second) // the record, refused at 02:00, is retried at 02:00:01
+		must(t, h.Stop())
+		h.Advance(2 * time.Hour)
+		second.stop(t)
+	})
+	if fb.refused != 1 {
+		t.Errorf("%d publishes refused, want 1", fb.refused)
+	}
+	if diff := cmp.Diff(every(clocktest.Epoch.Add(time.Hour), time.Hour, 4), r.times()); diff != "" {
+		t.Fatalf("ticks (-want +got):\n%s", diff)
+	}
+}
+
+// declareState declares hourly's state queue as a worker does and puts
+// body on it.
+func declareState(t *testing.T, h *clocktest.Harness, body string) {
+	t.Helper()
+	must(t, h.Backend.Declare(t.Context(), broker.QueueSpec{Name: hourlyState, Durable: true, Plain: true, SingleActiveConsumer: true}))
+	must(t, h.Backend.Publish(t.Context(), broker.Message{Queue: hourlyState, ID: "junk", Type: "junk", Attempt: 1, Body: []byte(body)}))
+}
+
+// A state queue that holds something that is not a state, and no state,
+// still gets a leader: the message is dropped and a first state takes its
+// place, whether it is not JSON or is JSON of no schedule state.
+func TestScheduleAStateQueueWithoutAStateStillGetsALeader(t *testing.T) {
+	for _, body := range []string{"not json", `{"job_id":"x"}`, `null`} {
+		var r ticked
+		clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+			declareState(t, h, body)
+			must(t, queuey.Handle(h.Worker, r.handler(h.Clock)))
+			must(t, h.Worker.AddSchedule(hourly))
+			h.Advance(3 * time.Hour)
+			declareState(t, h, body) // while it leads: dropped, the lead kept
+			h.Advance(2 * time.Hour)
+		})
+		if diff := cmp.Diff(every(clocktest.Epoch.Add(time.Hour), time.Hour, 5), r.times()); diff != "" {
+			t.Errorf("state queue holding %q: ticks (-want +got):\n%s", body, diff)
+		}
+	}
+}
+
+// A state of another schedule on the state queue is not this schedule's:
+// the leader drops it and fires on.
+func TestScheduleAStateOfAnotherScheduleIsDropped(t *testing.T) {
+	var r ticked
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, r.handler(h.Clock)))
+		must(t, h.Worker.AddSchedule(hourly))
+		h.Advance(2 * time.Hour)
+		later := clocktest.Epoch.Add(1000 * time.Hour).UnixMilli()
+		declareState(t, h, fmt.Sprintf(`{"schedule":"other","last_tick_ms":%d}`, later))
+		h.Advance(2 * time.Hour)
+	})
+	if diff := cmp.Diff(every(clocktest.Epoch.Add(time.Hour), time.Hour, 4), r.times()); diff != "" {
+		t.Errorf("ticks (-want +got):\n%s", diff)
+	}
+}
+
+// "Every day at 02:30 in Amsterdam" fires once on the day the clocks go
+// back (2026-10-25, 03:00 CEST to 02:00 CET: 02:30 happens twice), both
+// while a leader runs and when a FireAll leader catches up across it.
+func TestScheduleACronTimeThatHappensTwiceFiresOnce(t *testing.T) {
+	ams, err := time.LoadLocation("Europe/Amsterdam")
+	if err != nil {
+		t.Skip("no time zone database:", err)
+	}
+	nightly := queuey.Schedule{Name: "nightly", Job: alphaJob{named("report")}, Cron: "30 2 * * *", Location: ams, Missed: queuey.FireAll}
+	for _, catchUp := range []bool{false, true} {
+		var r ticked
+		clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+			h.Clock.Set(time.Date(2026, 10, 20, 12, 0, 0, 0, time.UTC))
+			must(t, queuey.Handle(h.Worker, r.handler(h.Clock)))
+			must(t, h.Worker.AddSchedule(nightly))
+			h.Advance(4 * 24 * time.Hour) // to the 24th, 12:00 UTC
+			if catchUp {
+				must(t, h.Stop())
+				h.Clock.Add(3 * 24 * time.Hour) // the 27th, 12:00 UTC
+				later := secondWorkerWith(t, h, &r, nightly)
+				h.Advance(time.Minute)
+				later.stop(t)
+				return
+			}
+			h.Advance(3 * 24 * time.Hour)
+		})
+		days := map[int]int{}
+		for _, tick := range r.times() {
+			days[tick.In(ams).Day()]++
+		}
+		if want := map[int]int{21: 1, 22: 1, 23: 1, 24: 1, 25: 1, 26: 1, 27: 1}; !maps.Equal(days, want) {
+			t.Errorf("catching up %t: ticks by local day %v, want one a day from the 21st to the 27th: %v", catchUp, days, r.times())
+		}
+	}
+}
+
+// A worker with schedules and no handler (allowed since periodic jobs)
+// leads its schedules only: it takes no job off the queues, where it would
+// hold each back for want of a handler (a minute late, or dead-lettered
+// after UnknownKindWait when it is alone).
+func TestScheduleAWorkerWithOnlySchedulesTakesNoJobs(t *testing.T) {
+	var r ticked
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		must(t, h.Worker.AddSchedule(hourly)) // no handler: it only leads the schedule
+		h.Start()
+		other := secondWorkerWith(t, h, &r, queuey.Schedule{Name: "unrelated", Job: alphaJob{}, Every: 24 * time.Hour})
+		h.Advance(5 * time.Hour)
+		other.stop(t)
+	})
+	want := every(clocktest.Epoch.Add(time.Hour), time.Hour, 5)
+	if diff := cmp.Diff(want, r.at); diff != "" {
+		t.Errorf("runs at (-want +got):\n%s", diff)
+	}
+}
+
+// A worker that does not consume the queue of its schedule's job declares
+// it, as a producer would: the tick is not refused as unroutable until
+// another worker or a producer comes.
+func TestScheduleDeclaresItsJobsQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mock := clock.NewMock()
+		mock.Set(clocktest.Epoch)
+		b := memory.New(&memory.Options{Clock: mock})
+		defer b.Close()
+		w, err := queuey.NewWorker(b, app, &queuey.WorkerConfig{Clock: mock, Queues: []string{"beta"}, Logger: slog.New(slog.DiscardHandler)})
+		must(t, err)
+		must(t, w.AddSchedule(hourly)) // its job goes to alpha, which w does not consume
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		synctest.Wait()
+		mock.Add(time.Hour + time.Minute)
+		synctest.Wait()
+		n := b.Pending(qAlpha)
+		cancel()
+		must(t, <-done)
+		if n != 1 {
+			t.Errorf("%d jobs on alpha an hour later, want the tick's", n)
+		}
+	})
+}
+
+// A leader whose state queue's consumer is lost (its channel closed) is
+// restarted by its worker's supervisor and leads again: no tick lost or
+// doubled; with PoisonAfter too, and a standby in another worker.
+func TestScheduleALeaderThatLostItsConsumerLeadsAgain(t *testing.T) {
+	for _, poison := range []int{0, 1} {
+		var r ticked
+		opts := &clocktest.Options{Worker: queuey.WorkerConfig{PoisonAfter: poison}}
+		clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+			must(t, queuey.Handle(h.Worker, r.handler(h.Clock)))
+			must(t, h.Worker.AddSchedule(hourly))
+			h.Advance(2*time.Hour + 30*time.Minute)
+			h.Backend.Disconnect(hourlyState)
+			h.Advance(time.Hour)
+			second := secondWorkerWith(t, h, &r, hourly)
+			h.Advance(time.Hour)
+			h.Backend.Disconnect(hourlyState) // both: the first back in line leads
+			h.Advance(2 * time.Hour)
+			must(t, h.Stop())
+			h.Advance(time.Hour)
+			second.stop(t)
+		})
+		if diff := cmp.Diff(every(clocktest.Epoch.Add(time.Hour), time.Hour, 7), r.times()); diff != "" {
+			t.Errorf("PoisonAfter %d: ticks (-want +got):\n%s", poison, diff)
+		}
+	}
+}
+
+// A FireAll schedule of a second that no worker ran for a year fires the
+// latest MaxCatchUp ticks, oldest first, then each tick as it comes.
+func TestScheduleMissedForAYearFiresMaxCatchUp(t *testing.T) {
+	s := queuey.Schedule{Name: "second", Job: alphaJob{named("tick")}, Every: time.Second, Missed: queuey.FireAll}
+	var r ticked
+	var back time.Time
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, r.handler(h.Clock)))
+		must(t, h.Worker.AddSchedule(s))
+		h.Advance(1500 * time.Millisecond) // tick 1
+		must(t, h.Stop())
+		h.Clock.Add(365 * 24 * time.Hour)
+		back = h.Clock.Now()
+		later := secondWorkerWith(t, h, &r, s)
+		h.Advance(2 * time.Second)
+		later.stop(t)
+	})
+	latest := back.Truncate(time.Second)
+	want := append(every(clocktest.Epoch.Add(time.Second), time.Second, 1), every(latest.Add(-(queuey.MaxCatchUp-1)*time.Second), time.Second, queuey.MaxCatchUp+2)...)
+	if diff := cmp.Diff(want, r.times()); diff != "" {
+		t.Errorf("ticks (-want +got):\n%s", diff)
+	}
+}
+
+// A leader that takes over exactly at a tick fires it, once, whatever the
+// policy but SkipMissed, for which it fell before it led; FireLatest with
+// exactly one tick missed fires that one.
+func TestScheduleATakeoverExactlyAtATick(t *testing.T) {
+	for _, tt := range []struct {
+		missed queuey.MissedTicks
+		at     time.Duration // when the second worker starts, after 03:30
+		want   []time.Time   // after the first three ticks
+	}{
+		{queuey.FireLatest, 30 * time.Minute, every(clocktest.Epoch.Add(4*time.Hour), time.Hour, 3)},
+		{queuey.FireAll, 30 * time.Minute, every(clocktest.Epoch.Add(4*time.Hour), time.Hour, 3)},
+		{queuey.SkipMissed, 30 * time.Minute, every(clocktest.Epoch.Add(5*time.Hour), time.Hour, 2)},
+		{queuey.FireLatest, 40 * time.Minute, every(clocktest.Epoch.Add(4*time.Hour), time.Hour, 3)},
+	} {
+		var r ticked
+		clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+			s := hourly
+			s.Missed = tt.missed
+			must(t, queuey.Handle(h.Worker, r.handler(h.Clock)))
+			must(t, h.Worker.AddSchedule(s))
+			h.Advance(3*time.Hour + 30*time.Minute)
+			must(t, h.Stop())
+			h.Clock.Add(tt.at)
+			later := secondWorkerWith(t, h, &r, s)
+			h.Advance(6*time.Hour - 3*time.Hour - 30*time.Minute - tt.at)
+			later.stop(t)
+		})
+		want := append(every(clocktest.Epoch.Add(time.Hour), time.Hour, 3), tt.want...)
+		if diff := cmp.Diff(want, r.times()); diff != "" {
+			t.Errorf("policy %v, back at +%v: ticks (-want +got):\n%s", tt.missed, tt.at, diff)
+		}
+	}
+}
+
+// A worker that stops while a tick's publish is being retried stops
+// cleanly, and leaves the state where it was: the next leader fires the
+// tick.
+func TestScheduleAStopWhileAPublishIsRetried(t *testing.T) {
+	tick2 := clocktest.Epoch.Add(2 * time.Hour)
+	fb := &faultyBackend{refuse: func(m broker.Message) bool {
+		env, err := broker.DecodeEnvelope(m.Body)
+		return err == nil && env.EnqueuedAt().Equal(tick2)
+	}}
+	var r ticked
+	clocktest.Run(t, app, &clocktest.Options{WrapBackend: fb.wrap}, func(t *testing.T, h *clocktest.Harness) {
+		must(t, h.Worker.AddSchedule(hourly))
+		must(t, queuey.Handle(h.Worker, r.handler(h.Clock)))
+		h.Advance(2*time.Hour + 10*time.Second)
+		must(t, h.Stop())
+		if n := h.Backend.Pending(hourlyState); n != 1 {
+			t.Errorf("%d states on the state queue, want 1", n)
+		}
+		later := secondWorkerWith(t, h, &r, hourly)
+		h.Advance(time.Hour)
+		later.stop(t)
+	})
+	if fb.refused != 11 {
+		t.Errorf("%d publishes refused, want 11: at the tick and once a second", fb.refused)
+	}
+	if diff := cmp.Diff(every(clocktest.Epoch.Add(time.Hour), time.Hour, 3), r.times()); diff != "" {
+		t.Errorf("ticks (-want +got):\n%s", diff)
+	}
+}
+
+// Six workers start at once on an empty state queue, each with a first
+// state; six more start while the first leads, each with a stale one: the
+// leader keeps one state, every tick fires once, and when the leaders stop
+// one after the other, the next one takes over each time.
+func TestScheduleWorkersStartingTogetherFireEachTickOnce(t *testing.T) {
+	var r ticked
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, r.handler(h.Clock)))
+		must(t, h.Worker.AddSchedule(hourly))
+		var workers []running
+		for range 5 {
+			workers = append(workers, secondWorkerWith(t, h, &r, hourly))
+		}
+		h.Advance(90 * time.Minute)
+		for range 6 {
+			workers = append(workers, secondWorkerWith(t, h, &r, hourly))
+		}
+		h.Advance(time.Hour)
+		if n, f := h.Backend.Pending(hourlyState), h.Backend.InFlight(hourlyState); n != 0 || f != 1 {
+			t.Errorf("state queue: %d ready, %d held; want 0 and 1", n, f)
+		}
+		must(t, h.Stop())
+		for _, w := range workers {
+			h.Advance(time.Hour)
+			w.stop(t)
+		}
+	})
+	if diff := cmp.Diff(every(clocktest.Epoch.Add(time.Hour), time.Hour, 13), r.times()); diff != "" {
+		t.Errorf("ticks (-want +got):\n%s", diff)
+	}
+}
+
+// A leader whose first tick cannot be published yet, and that stops, does
+// not take that tick with it: the start of its lead was recorded, so the
+// next leader knows the tick fell due.
+func TestScheduleAFailoverBeforeTheFirstTickKeepsIt(t *testing.T) {
+	tick1 := clocktest.Epoch.Add(time.Hour)
+	fb := &faultyBackend{}
+	fb.refuse = func(m broker.Message) bool { return m.Type == "alpha_job" && fb.refused < 3 }
+	var r ticked
+	clocktest.Run(t, app, &clocktest.Options{WrapBackend: fb.wrap}, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, r.handler(h.Clock)))
+		must(t, h.Worker.AddSchedule(hourly))
+		h.Start()
+		h.Advance(time.Hour + 2*time.Second) // the first tick's job refused at 01:00, 01:00:01, 01:00:02
+		must(t, h.Stop())
+		second := secondWorkerWith(t, h, &r, hourly)
+		h.Advance(time.Hour)
+		second.stop(t)
+	})
+	if diff := cmp.Diff([]time.Time{tick1, tick1.Add(time.Hour)}, r.times()); diff != "" {
+		t.Fatalf("ticks (-want +got):\n%s", diff)
+	}
 }

@@ -32,6 +32,13 @@ const schedulerPrefetch = 4
 // a state again after a failed publish.
 const scheduleRetry = time.Second
 
+// leadSettle is how long a new leader with ticks to fire at once waits for
+// the states the broker hands it after the first: a leader that stopped
+// before its new state came back to it leaves both its old state and the
+// new one, which come back in that order, and the tick between them must
+// not fire again.
+const leadSettle = time.Second
+
 // scheduleActor runs one schedule in one worker: a candidate, or the
 // leader.
 type scheduleActor struct {
@@ -39,13 +46,15 @@ type scheduleActor struct {
 	s *schedule
 }
 
-// Run declares the state queue, gives it a first state if it has none,
-// and runs the schedule until ctx ends: a worker that stops gives the lead
-// (and the state it holds) back to the broker.
+// Run declares the state queue and the job's queue (a worker need not
+// consume it, and publishes to it as a producer would), gives the state
+// queue a first state if it has none, and runs the schedule until ctx
+// ends: a worker that stops gives the lead (and the state it holds) back
+// to the broker.
 func (a *scheduleActor) Run(ctx context.Context) error {
 	spec := broker.QueueSpec{Name: a.s.state, Durable: true, Plain: true, SingleActiveConsumer: true}
-	if err := a.w.backend.Declare(ctx, spec); err != nil {
-		return fmt.Errorf("schedule %q: declare its state queue: %w", a.s.Name, err)
+	if err := a.w.backend.Declare(ctx, spec, a.s.q.spec()); err != nil {
+		return fmt.Errorf("schedule %q: declare its state queue and its job's queue: %w", a.s.Name, err)
 	}
 	if err := a.seed(ctx); err != nil {
 		return err
@@ -84,6 +93,7 @@ type scheduleLoop struct {
 	from     time.Time       // when it took the lead: ticks come after it when none fired before
 	pending  []time.Time     // ticks due and not yet published
 	recorded bool            // the state after last is published
+	settling bool            // a new leader waiting leadSettle before it fires
 	timer    *clock.Timer
 	timerC   <-chan time.Time
 }
@@ -98,9 +108,11 @@ func (l *scheduleLoop) run(ctx context.Context, c broker.Consumer) error {
 			if !ok {
 				return fmt.Errorf("schedule %q: its state queue's consumer ended: %w", l.a.s.Name, cmpErr(c.Err()))
 			}
-			l.take(ctx, d)
+			if err := l.take(ctx, d); err != nil {
+				return err
+			}
 		case <-l.timerC:
-			l.timerC = nil
+			l.timerC, l.settling = nil, false
 			l.due(ctx)
 		}
 	}
@@ -116,57 +128,91 @@ func cmpErr(err error) error {
 
 // take keeps the latest of the states it is given and settles the others.
 // The first one makes it the leader: it fires what the policy says of the
-// ticks missed since, then waits for the next.
-func (l *scheduleLoop) take(ctx context.Context, d broker.Delivery) {
-	var st scheduleState
-	if err := json.Unmarshal(d.Message().Body, &st); err != nil {
-		l.log.Error("a schedule's state queue held a message that is not a state; dropping it", "error", err)
+// ticks missed since (after leadSettle, for the states that follow the
+// first), then waits for the next. A message that is not the schedule's
+// state is dropped; if it was all a candidate had, a first state takes its
+// place (should that publish fail, the error ends the run, and the
+// restarted schedule actor publishes one).
+func (l *scheduleLoop) take(ctx context.Context, d broker.Delivery) error {
+	st, err := l.stateOf(d.Message())
+	if err != nil {
+		l.log.Error("a schedule's state queue held a message that is not its state; dropping it", "error", err)
 		_ = d.Ack(ctx)
-		return
+		if l.held == nil {
+			return l.a.seed(ctx)
+		}
+		return nil
 	}
-	tick := st.last()
-	if l.held != nil {
+	tick, first := st.last(), l.held == nil
+	if !first {
 		if tick.Before(l.heldTick) {
 			_ = d.Ack(ctx)
-			return
+			return nil
 		}
 		_ = l.held.Ack(ctx)
 	} else {
-		l.from = l.a.w.clock.Now()
+		l.from, l.recorded = l.a.w.clock.Now(), true
 		l.log.Info("leading the schedule", "last_tick", tick)
+		if tick.IsZero() {
+			// Never fired: the start of the first lead is recorded as if
+			// it were a tick, so that a failover before the first tick
+			// does not lose it.
+			l.last, l.recorded = l.from.Truncate(time.Millisecond), false
+		}
 	}
 	l.held, l.heldTick = d, tick
 	if tick.After(l.last) {
-		l.last = tick
+		l.last, l.recorded = tick, true
 		l.pending = l.a.s.dueTicks(tick, l.a.w.clock.Now())
-		l.recorded = true
 		if n := len(l.pending); n > 0 {
 			l.log.Warn("firing ticks missed while no worker led the schedule", "ticks", n, "policy", l.a.s.Missed)
 		}
 	}
-	l.due(ctx)
+	if first && len(l.pending) > 0 {
+		l.settling = true
+		l.arm(leadSettle)
+	}
+	if !l.settling {
+		l.due(ctx)
+	}
+	return nil
 }
 
-// due publishes what is due, then sets the timer for what comes next.
-func (l *scheduleLoop) due(ctx context.Context) {
-	if l.held == nil {
-		return
+// stateOf reads m as the schedule's state.
+func (l *scheduleLoop) stateOf(m broker.Message) (scheduleState, error) {
+	var st scheduleState
+	if err := json.Unmarshal(m.Body, &st); err != nil {
+		return st, err
 	}
-	now := l.a.w.clock.Now()
-	if len(l.pending) == 0 {
-		next := l.a.s.table.next(l.after())
-		if next.After(now) {
-			l.arm(next.Sub(now))
+	if st.Schedule != l.a.s.Name {
+		return st, fmt.Errorf("a state of schedule %q", st.Schedule)
+	}
+	return st, nil
+}
+
+// due publishes what is due (a state not yet recorded included), then
+// sets the timer for what comes next.
+func (l *scheduleLoop) due(ctx context.Context) {
+	for l.held != nil {
+		now := l.a.w.clock.Now()
+		if len(l.pending) == 0 && l.recorded {
+			next := l.a.s.table.next(l.after())
+			if next.IsZero() {
+				l.log.Error("the schedule has no tick to come")
+				return
+			}
+			if next.After(now) {
+				l.arm(next.Sub(now))
+				return
+			}
+			l.pending = []time.Time{next}
+		}
+		if err := l.publishDue(ctx); err != nil {
+			l.log.Warn("a schedule's publish failed; trying again", "error", err, "in", scheduleRetry)
+			l.arm(scheduleRetry)
 			return
 		}
-		l.pending = []time.Time{next}
 	}
-	if err := l.publishDue(ctx); err != nil {
-		l.log.Warn("a schedule's publish failed; trying again", "error", err, "in", scheduleRetry)
-		l.arm(scheduleRetry)
-		return
-	}
-	l.due(ctx)
 }
 
 // after is the time the next tick follows: the last tick fired, or the

@@ -315,7 +315,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // wait for their handlers' holds, before the hold actor.
 func (w *Worker) supervisor(ctx context.Context, fail context.CancelCauseFunc, tasks chan task) *supervisor.Supervisor {
 	children := []supervisor.Child{{Name: "hold", Run: w.hold.Run, Restart: supervisor.Permanent}}
-	for _, q := range w.queues {
+	for _, q := range w.consumed() {
 		a := &queueActor{w: w, q: q, pool: tasks, fail: fail, stopping: ctx, inFlight: w.inFlight[q.Name]}
 		children = append(children, supervisor.Child{Name: "queue:" + q.broker, Run: a.Run, Restart: supervisor.Permanent})
 	}
@@ -330,6 +330,16 @@ func (w *Worker) supervisor(ctx context.Context, fail context.CancelCauseFunc, t
 		backstop += giveBackTimeout
 	}
 	return supervisor.New(supervisor.Spec{Name: "worker", Clock: w.clock, Logger: w.log, ShutdownTimeout: backstop, Rand: w.jitter.restart.Float64}, children...)
+}
+
+// consumed are the queues w takes jobs from: its queues, or none when it
+// has no handler at all (a worker that only leads schedules would hold
+// every job back for want of one).
+func (w *Worker) consumed() []*queueConfig {
+	if len(w.handlers) == 0 {
+		return nil
+	}
+	return w.queues
 }
 
 // waitPool waits for the handler goroutines to end, ShutdownTimeout at
