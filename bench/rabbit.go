@@ -121,6 +121,9 @@ func (l *latencies) wait(timeout time.Duration) error {
 type e2e struct {
 	rate     float64 // jobs/s, first publish to last handle
 	p50, p99 float64 // ms
+	// brokerUs and selfUs are the broker's and this process's CPU time per
+	// job, µs, over the same span (this process: producer and consumer).
+	brokerUs, selfUs float64
 }
 
 func (l *latencies) result(start time.Time) e2e {
@@ -261,7 +264,7 @@ func libEndToEnd(ctx context.Context, cfg config) (e2e, error) {
 	}
 	lat := newLatencies(cfg.n)
 	r.cur.Store(lat)
-	start := time.Now()
+	cpu, start := readCPU(), time.Now()
 	err = enqueueAll(ctx, cfg.publishers, cfg.n, func() error {
 		_, err := r.producer.Enqueue(ctx, benchJob{SentNs: time.Now().UnixNano(), Pad: r.pad})
 		return err
@@ -272,7 +275,9 @@ func libEndToEnd(ctx context.Context, cfg config) (e2e, error) {
 	if err := lat.wait(5 * time.Minute); err != nil {
 		return e2e{}, err
 	}
-	return lat.result(start), r.close()
+	res := lat.result(start)
+	res.brokerUs, res.selfUs = cpu.perJob(cfg.n)
+	return res, r.close()
 }
 
 // confirmWindow publishes on a confirm channel with at most size publishes
@@ -415,7 +420,7 @@ func rawEndToEnd(cfg config) (e2e, error) {
 	defer r.close()
 	lat := newLatencies(cfg.n)
 	r.cur.Store(lat)
-	start := time.Now()
+	cpu, start := readCPU(), time.Now()
 	for range cfg.n {
 		if err := r.w.publish(r.queue, rawPublishing(jsonBody(time.Now().UnixNano(), bodySize))); err != nil {
 			return e2e{}, err
@@ -427,7 +432,9 @@ func rawEndToEnd(cfg config) (e2e, error) {
 	if err := lat.wait(5 * time.Minute); err != nil {
 		return e2e{}, err
 	}
-	return lat.result(start), nil
+	res := lat.result(start)
+	res.brokerUs, res.selfUs = cpu.perJob(cfg.n)
+	return res, nil
 }
 
 // inTurn runs the library's measurement and the baseline's of one round,
@@ -459,7 +466,7 @@ func wrap(side string, err error) error {
 // worker with prefetch 10 and a trivial handler consumes them.
 func scenarioEndToEnd(cfg config) ([]row, error) {
 	ctx := context.Background()
-	var libRate, rawRate, libP50, rawP50, libP99, rawP99 series
+	var libRate, rawRate, libP50, rawP50, libP99, rawP99, libBroker, rawBroker, libSelf, rawSelf series
 	for round := range cfg.count {
 		var l, r e2e
 		err := inTurn(round,
@@ -471,6 +478,8 @@ func scenarioEndToEnd(cfg config) ([]row, error) {
 		libRate, rawRate = append(libRate, l.rate), append(rawRate, r.rate)
 		libP50, rawP50 = append(libP50, l.p50), append(rawP50, r.p50)
 		libP99, rawP99 = append(libP99, l.p99), append(rawP99, r.p99)
+		libBroker, rawBroker = append(libBroker, l.brokerUs), append(rawBroker, r.brokerUs)
+		libSelf, rawSelf = append(libSelf, l.selfUs), append(rawSelf, r.selfUs)
 	}
 	rr := ratios(libRate, rawRate)
 	name := fmt.Sprintf("1 e2e %d×256B", cfg.n)
@@ -481,7 +490,17 @@ func scenarioEndToEnd(cfg config) ([]row, error) {
 			ratio: ratioStr(ratios(libP50, rawP50).median()), spread: ratios(libP50, rawP50).spread()},
 		{scenario: name, metric: "publish→handle p99", lib: ms(libP99.median()), base: ms(rawP99.median()),
 			ratio: ratioStr(ratios(libP99, rawP99).median()), spread: ratios(libP99, rawP99).spread()},
+		cpuRow(name, "broker CPU µs/job", libBroker, rawBroker, 1.1),
+		cpuRow(name, "Go CPU µs/job", libSelf, rawSelf, 1.3),
 	}, nil
+}
+
+// cpuRow compares CPU time per job, the library's over the baseline's,
+// against a goal of at most goal times.
+func cpuRow(name, metric string, lib, base series, goal float64) row {
+	rr := ratios(lib, base)
+	return row{scenario: name, metric: metric, lib: fmt.Sprintf("%.1f", lib.median()), base: fmt.Sprintf("%.1f", base.median()),
+		ratio: ratioStr(rr.median()), goal: fmt.Sprintf("≤ %.1f", goal), result: passIf(rr.median() <= goal), spread: rr.spread()}
 }
 
 // libPublish is confirmed publishes/s of Producer.Enqueue from callers
