@@ -254,9 +254,25 @@ func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duratio
 	if err := b.declareHold(ctx, hold, spec, ttl); err != nil {
 		return err
 	}
-	if err := b.ensureWorkQueue(ctx, spec); err != nil {
+	check, declared := b.workCheckFor(spec) // beside the publish (workcheck.go)
+	if err := b.publishHeld(ctx, hold, spec, ttl, msg); err != nil {
 		return err
 	}
+	if err := check.wait(ctx, spec.Name); err != nil {
+		return err
+	}
+	if b.declaredSince(spec.Name, declared) {
+		// The work queue was gone when the message went out: it may have
+		// expired into nothing before the queue was back. Published again:
+		// a duplicate, if the first copy made it, never a loss.
+		return b.publishHeld(ctx, hold, spec, ttl, msg)
+	}
+	return nil
+}
+
+// publishHeld publishes msg into hold, declared for spec's queue and ttl,
+// and declares hold again after the confirm if the rule asks (see Hold).
+func (b *Backend) publishHeld(ctx context.Context, hold string, spec broker.QueueSpec, ttl time.Duration, msg broker.Message) error {
 	err := b.publish(ctx, hold, publishing(msg, nil))
 	if errors.Is(err, broker.ErrUnroutable) {
 		// The hold queue went away although it was declared recently

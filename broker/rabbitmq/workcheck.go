@@ -15,10 +15,11 @@ import (
 // done until the work queue was seen to exist after the hold was asked
 // for, and declared again, as the backend knows it, if it was not.
 //
-// One check a round trip serves every hold of a queue that waits for it:
-// a hold joins the next check to start (one that started before it was
-// asked for proves nothing about it), so that a thousand holds in flight
-// cost a check or two, not a thousand.
+// The check runs beside the hold's publish, not before it, so that a hold
+// costs no more round trips than before, and one check serves every hold
+// of a queue that waits for it: a hold joins the next check to start (one
+// that started before it was asked for proves nothing about it), so that
+// a thousand holds in flight cost a check or two, not a thousand.
 
 // workCheck is one check of a work queue; done is closed once err is set.
 type workCheck struct {
@@ -27,50 +28,72 @@ type workCheck struct {
 }
 
 // workChecks are the checks of one work queue: the one under way, and the
-// one that starts after it, which later holds join.
+// one that starts after it, which later holds join; and how many times a
+// check found the queue gone and declared it again.
 type workChecks struct {
 	running, next *workCheck
+	declared      uint64
 }
 
-// workCheckTimeout bounds a check that holds other than its starter's
-// wait for: it goes on if the starter's ctx ends.
+// workCheckTimeout bounds a check, which holds other than the one that
+// started it wait for.
 const workCheckTimeout = 30 * time.Second
 
-// ensureWorkQueue returns once a check of spec's work queue that started
-// after the call has found it (or declared it again), or with why not.
-func (b *Backend) ensureWorkQueue(ctx context.Context, spec broker.QueueSpec) error {
+// workCheckFor returns the check of spec's work queue that a hold asked
+// for now waits for, the next one to start, and a count to give
+// declaredSince once it is over. The hold that makes the check starts it,
+// on a goroutine of the backend's (Close waits for it).
+func (b *Backend) workCheckFor(spec broker.QueueSpec) (*workCheck, uint64) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := &workCheck{done: make(chan struct{})}
+	if b.closed {
+		c.err = broker.ErrClosed
+		close(c.done)
+		return c, 0
+	}
 	wc := b.workChecks[spec.Name]
 	if wc == nil {
 		wc = &workChecks{}
 		b.workChecks[spec.Name] = wc
 	}
-	var c, after *workCheck
+	var after *workCheck
 	switch {
 	case wc.next != nil: // starts after this call: join it
-		c = wc.next
-	case wc.running != nil: // started before this call: run the next one
-		c, after = &workCheck{done: make(chan struct{})}, wc.running
-		wc.next = c
+		return wc.next, wc.declared
+	case wc.running != nil: // started before this call: the next one
+		wc.next, after = c, wc.running
 	default:
-		c = &workCheck{done: make(chan struct{})}
 		wc.running = c
 	}
-	starter := wc.running == c || after != nil
-	b.mu.Unlock()
-	if starter {
+	b.runs.Add(1)
+	go func() {
+		defer b.runs.Done()
 		b.runWorkCheck(wc, c, after, spec)
-	}
+	}()
+	return c, wc.declared
+}
+
+// declaredSince reports whether a check declared spec's work queue again
+// since workCheckFor gave count: a hold published meanwhile may have
+// expired into nothing before the queue was back.
+func (b *Backend) declaredSince(queue string, count uint64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.workChecks[queue] != nil && b.workChecks[queue].declared != count
+}
+
+// wait waits for c, or for ctx to end.
+func (c *workCheck) wait(ctx context.Context, queue string) error {
 	select {
 	case <-c.done:
 		return c.err
 	case <-ctx.Done():
-		return fmt.Errorf("rabbitmq: checking that work queue %q exists: %w", spec.Name, ctx.Err())
+		return fmt.Errorf("rabbitmq: checking that work queue %q exists: %w", queue, ctx.Err())
 	}
 }
 
-// runWorkCheck runs c once the check before it (after, if any) is over,
-// on a ctx of its own: other holds may be waiting for it.
+// runWorkCheck runs c once the check before it (after, if any) is over.
 func (b *Backend) runWorkCheck(wc *workChecks, c, after *workCheck, spec broker.QueueSpec) {
 	if after != nil {
 		<-after.done
@@ -80,8 +103,12 @@ func (b *Backend) runWorkCheck(wc *workChecks, c, after *workCheck, spec broker.
 	}
 	ctx, cancel := context.WithTimeout(b.runCtx, workCheckTimeout)
 	defer cancel()
-	c.err = b.checkWorkQueue(ctx, spec)
+	declared, err := b.checkWorkQueue(ctx, spec)
 	b.mu.Lock()
+	c.err = err
+	if declared {
+		wc.declared++
+	}
 	if wc.running == c {
 		wc.running = nil
 	}
@@ -93,14 +120,14 @@ func (b *Backend) runWorkCheck(wc *workChecks, c, after *workCheck, spec broker.
 // declares it (and its dead-letter queue) again if it is gone. A queue
 // that exists with other arguments exists: what it lacks is said where it
 // is consumed.
-func (b *Backend) checkWorkQueue(ctx context.Context, spec broker.QueueSpec) error {
+func (b *Backend) checkWorkQueue(ctx context.Context, spec broker.QueueSpec) (declared bool, _ error) {
 	_, err := b.Depth(ctx, spec.Name)
 	if !errors.Is(err, broker.ErrNoQueue) {
-		return err
+		return false, err
 	}
 	b.opts.Logger.Warn("rabbitmq: a job is held for a work queue that is gone; declaring it again", "queue", spec.Name)
 	if err := b.Declare(ctx, spec); err != nil {
-		return fmt.Errorf("rabbitmq: work queue %q is gone, and declaring it again failed: %w", spec.Name, err)
+		return false, fmt.Errorf("rabbitmq: work queue %q is gone, and declaring it again failed: %w", spec.Name, err)
 	}
-	return nil
+	return true, nil
 }
