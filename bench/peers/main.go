@@ -1,6 +1,9 @@
 // Command peers runs the same trivial job through queuey (RabbitMQ),
-// machinery (RabbitMQ) and asynq (Redis), in one run, and prints jobs/s
-// side by side:
+// machinery (RabbitMQ) and asynq (Redis, without persistence and with an
+// append-only file fsynced every second, on a Redis it starts on port 6380
+// for the run), in one run, and prints jobs/s side by side, with the CPU
+// time per job of the server (beam.smp or redis-server, from /proc) and of
+// this process:
 //
 //	cd bench/peers && go run . -n 20000 -count 3
 //
@@ -35,9 +38,10 @@ type benchConfig struct {
 }
 
 type system struct {
-	name string
-	note string
-	run  func(benchConfig) (float64, error)
+	name   string
+	note   string
+	server string // the process whose CPU per job is reported: beam.smp or redis-server
+	run    func(benchConfig) (float64, error)
 }
 
 func main() {
@@ -50,38 +54,38 @@ func main() {
 	flag.IntVar(&cfg.publishers, "publishers", 32, "concurrent enqueuing goroutines")
 	flag.IntVar(&cfg.concurrency, "concurrency", 10, "handlers at once (and prefetch on RabbitMQ)")
 	flag.IntVar(&count, "count", 1, "runs per system; the figure is the median")
-	flag.StringVar(&only, "systems", "queuey,machinery,asynq", "comma-separated systems to run")
+	flag.StringVar(&only, "systems", "queuey,machinery,asynq,asynq-aof", "comma-separated systems to run")
 	flag.Parse()
 
 	systems := []system{
-		{"queuey", "RabbitMQ, confirms, persistent, manual acks", runQueuey},
-		{"machinery v2", "RabbitMQ, confirms, persistent, acks after the task", runMachinery},
-		{"asynq", "Redis", runAsynq},
+		{"queuey", "RabbitMQ, confirms, persistent, manual acks: durable", "beam.smp", runQueuey},
+		{"machinery v2", "RabbitMQ, confirms, persistent, acks after the task: durable", "beam.smp", runMachinery},
+		{"asynq", "Redis without persistence: not durable", "redis-server", runAsynq},
+		{"asynq-aof", "Redis, appendonly yes, appendfsync everysec: durable to the last second", "redis-server", runAsynqAOF},
 	}
 	fmt.Printf("peers: %s, GOMAXPROCS %d, n %d, %d publishers, concurrency %d, count %d\n",
 		runtime.Version(), runtime.GOMAXPROCS(0), cfg.n, cfg.publishers, cfg.concurrency, count)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "| system \t jobs/s (median) \t runs \t vs queuey \t transport \t")
-	fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t")
+	fmt.Fprintln(tw, "| system \t jobs/s (median) \t runs \t vs queuey \t server CPU µs/job \t Go CPU µs/job \t transport \t")
+	fmt.Fprintln(tw, "|---\t---\t---\t---\t---\t---\t---\t")
+	stopAOF := func() {}
+	if slices.Contains(strings.Split(only, ","), "asynq-aof") {
+		var err error
+		if stopAOF, err = startAOFRedis(); err != nil {
+			fmt.Fprintln(os.Stderr, "peers:", err)
+			os.Exit(1)
+		}
+	}
 	var queueyRate float64
 	failed := false
 	for _, s := range systems {
-		if !strings.Contains(only, strings.Fields(s.name)[0]) {
+		if !slices.Contains(strings.Split(only, ","), strings.Fields(s.name)[0]) {
 			continue
 		}
-		var rates []float64
-		var err error
-		for range max(count, 1) {
-			var r float64
-			fmt.Fprintf(os.Stderr, "%s ...\n", s.name)
-			if r, err = s.run(cfg); err != nil {
-				break
-			}
-			rates = append(rates, r)
-		}
+		rates, serverUs, selfUs, err := measure(s, cfg, count)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", s.name, err)
-			fmt.Fprintf(tw, "| %s \t failed: %v \t - \t - \t %s \t\n", s.name, err, s.note)
+			fmt.Fprintf(tw, "| %s \t failed: %v \t - \t - \t - \t - \t %s \t\n", s.name, err, s.note)
 			failed = true
 			continue
 		}
@@ -93,12 +97,31 @@ func main() {
 		if queueyRate > 0 {
 			vs = fmt.Sprintf("%.2f", m/queueyRate)
 		}
-		fmt.Fprintf(tw, "| %s \t %.0f \t %s \t %s \t %s \t\n", s.name, m, runsString(rates), vs, s.note)
+		fmt.Fprintf(tw, "| %s \t %.0f \t %s \t %s \t %.0f (%s) \t %.0f \t %s \t\n", s.name, m, runsString(rates), vs,
+			median(serverUs), s.server, median(selfUs), s.note)
 	}
 	_ = tw.Flush()
+	stopAOF() // before os.Exit, which runs no deferred call
 	if failed {
 		os.Exit(1)
 	}
+}
+
+// measure runs s count times: its jobs/s, and its server's and this
+// process's CPU time per job, in µs, per run.
+func measure(s system, cfg benchConfig, count int) (rates, serverUs, selfUs []float64, err error) {
+	for range max(count, 1) {
+		fmt.Fprintf(os.Stderr, "%s ...\n", s.name)
+		server, self := processCPU(s.server), selfCPU()
+		r, err := s.run(cfg)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		rates = append(rates, r)
+		serverUs = append(serverUs, float64(processCPU(s.server)-server)/float64(time.Microsecond)/float64(cfg.n))
+		selfUs = append(selfUs, float64(selfCPU()-self)/float64(time.Microsecond)/float64(cfg.n))
+	}
+	return rates, serverUs, selfUs, nil
 }
 
 func median(v []float64) float64 {
