@@ -144,6 +144,28 @@ func (r running) stop(t *testing.T) {
 	must(t, <-r.done)
 }
 
+// handOver runs the hourly schedule, with the missed-tick policy missed,
+// on the harness's worker until 03:30 (ticks 1, 2 and 3), stops it, lets
+// gap pass with no worker, then runs it on a second worker for rest; it
+// returns what ran.
+func handOver(t *testing.T, missed queuey.MissedTicks, gap, rest time.Duration) *ticked {
+	t.Helper()
+	r := &ticked{}
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		s := hourly
+		s.Missed = missed
+		must(t, queuey.Handle(h.Worker, r.handler(h.Clock)))
+		must(t, h.Worker.AddSchedule(s))
+		h.Advance(3*time.Hour + 30*time.Minute)
+		must(t, h.Stop())
+		h.Advance(gap)
+		later := secondWorkerWith(t, h, r, s)
+		h.Advance(rest)
+		later.stop(t)
+	})
+	return r
+}
+
 // What happens to ticks missed while no worker ran is each schedule's
 // choice: the latest fires once (the default), all fire, or none.
 func TestMissedTicksFollowTheSchedulesPolicy(t *testing.T) {
@@ -155,19 +177,8 @@ func TestMissedTicksFollowTheSchedulesPolicy(t *testing.T) {
 		{queuey.FireAll, every(clocktest.Epoch.Add(4*time.Hour), time.Hour, 7)},
 		{queuey.SkipMissed, every(clocktest.Epoch.Add(9*time.Hour), time.Hour, 2)},
 	} {
-		var r ticked
-		clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
-			s := hourly
-			s.Missed = tt.missed
-			must(t, queuey.Handle(h.Worker, r.handler(h.Clock)))
-			must(t, h.Worker.AddSchedule(s))
-			h.Advance(3*time.Hour + 30*time.Minute) // ticks 1, 2 and 3
-			must(t, h.Stop())
-			h.Advance(5 * time.Hour) // 08:30: ticks 4 to 8 missed
-			later := secondWorkerWith(t, h, &r, s)
-			h.Advance(2 * time.Hour) // ticks 9 and 10
-			later.stop(t)
-		})
+		// Back at 08:30: ticks 4 to 8 missed; then ticks 9 and 10.
+		r := handOver(t, tt.missed, 5*time.Hour, 2*time.Hour)
 		want := append(every(clocktest.Epoch.Add(time.Hour), time.Hour, 3), tt.want...)
 		if diff := cmp.Diff(want, r.times()); diff != "" {
 			t.Errorf("policy %v: ticks (-want +got):\n%s", tt.missed, diff)
@@ -570,19 +581,7 @@ func TestScheduleATakeoverExactlyAtATick(t *testing.T) {
 		{queuey.SkipMissed, 30 * time.Minute, every(clocktest.Epoch.Add(5*time.Hour), time.Hour, 2)},
 		{queuey.FireLatest, 40 * time.Minute, every(clocktest.Epoch.Add(4*time.Hour), time.Hour, 3)},
 	} {
-		var r ticked
-		clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
-			s := hourly
-			s.Missed = tt.missed
-			must(t, queuey.Handle(h.Worker, r.handler(h.Clock)))
-			must(t, h.Worker.AddSchedule(s))
-			h.Advance(3*time.Hour + 30*time.Minute)
-			must(t, h.Stop())
-			h.Clock.Add(tt.at)
-			later := secondWorkerWith(t, h, &r, s)
-			h.Advance(6*time.Hour - 3*time.Hour - 30*time.Minute - tt.at)
-			later.stop(t)
-		})
+		r := handOver(t, tt.missed, tt.at, 6*time.Hour-3*time.Hour-30*time.Minute-tt.at)
 		want := append(every(clocktest.Epoch.Add(time.Hour), time.Hour, 3), tt.want...)
 		if diff := cmp.Diff(want, r.times()); diff != "" {
 			t.Errorf("policy %v, back at +%v: ticks (-want +got):\n%s", tt.missed, tt.at, diff)

@@ -106,7 +106,7 @@ func (l *scheduleLoop) run(ctx context.Context, c broker.Consumer) error {
 			return nil
 		case d, ok := <-c.Deliveries():
 			if !ok {
-				return fmt.Errorf("schedule %q: its state queue's consumer ended: %w", l.a.s.Name, cmpErr(c.Err()))
+				return fmt.Errorf("schedule %q: its state queue's consumer ended: %w", l.a.s.Name, orCancelled(c.Err()))
 			}
 			if err := l.take(ctx, d); err != nil {
 				return err
@@ -118,8 +118,8 @@ func (l *scheduleLoop) run(ctx context.Context, c broker.Consumer) error {
 	}
 }
 
-// cmpErr is err, or a plain word for a consumer that ended without one.
-func cmpErr(err error) error {
+// orCancelled is err, or a plain word for a consumer that ended without one.
+func orCancelled(err error) error {
 	if err == nil {
 		return errors.New("cancelled")
 	}

@@ -106,15 +106,27 @@ func compare(b *testing.B, sampler sdktrace.Sampler, spin int) {
 
 func perJob(total uint64, jobs int) float64 { return float64(total) / float64(jobs) }
 
-// instrumented returns hooks on an SDK tracer provider that batches spans
-// to an exporter that drops them, and a meter provider read by hand.
+// instrumented returns hooks on benchProviders.
 func instrumented(b *testing.B, sampler sdktrace.Sampler) *queuey.Hooks {
+	tp, mp := benchProviders(b, sampler)
+	return hooksOn(b, tp, mp)
+}
+
+// benchProviders are what a production process would have: an SDK tracer
+// provider that batches spans to an exporter that drops them, and an SDK
+// meter provider read by hand. They are shut down when b ends.
+func benchProviders(b *testing.B, sampler sdktrace.Sampler) (*sdktrace.TracerProvider, *sdkmetric.MeterProvider) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithBatcher(tracetest.NewNoopExporter()))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	b.Cleanup(func() {
 		_ = tp.Shutdown(context.Background())
 		_ = mp.Shutdown(context.Background())
 	})
+	return tp, mp
+}
+
+// hooksOn is the package's hooks on tp and mp.
+func hooksOn(b *testing.B, tp *sdktrace.TracerProvider, mp *sdkmetric.MeterProvider) *queuey.Hooks {
 	inst, err := trace.New(&trace.Options{TracerProvider: tp, MeterProvider: mp})
 	if err != nil {
 		b.Fatal(err)

@@ -9,9 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	oteltrace "go.opentelemetry.io/otel/trace"
 
@@ -104,17 +102,8 @@ func BenchmarkSDKFloor(b *testing.B) {
 // pair of providers and reports both.
 func floorVsHooks(b *testing.B, sampler sdktrace.Sampler) {
 	b.StopTimer()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithBatcher(tracetest.NewNoopExporter()))
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	b.Cleanup(func() {
-		_ = tp.Shutdown(context.Background())
-		_ = mp.Shutdown(context.Background())
-	})
-	inst, err := trace.New(&trace.Options{TracerProvider: tp, MeterProvider: mp})
-	if err != nil {
-		b.Fatal(err)
-	}
-	hooks := inst.Hooks()
+	tp, mp := benchProviders(b, sampler)
+	hooks := hooksOn(b, tp, mp)
 	f := newFloor(b, tp, mp, "memory", qWork, "job")
 
 	ctx := context.Background()
