@@ -2,7 +2,7 @@
 GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test demo lint fmt cover bench chaos fuzz
+.PHONY: test demo lint fmt cover bench chaos fuzz cluster cluster-stop
 
 ## test: the whole suite with the race detector (what CI runs), a short
 ## fuzz of the envelope codec, then the fault tests
@@ -59,3 +59,15 @@ bench:
 chaos:
 	$(GO) vet ./chaos/...
 	QUEUEY_FAULTS=1 QUEUEY_CHAOS=full $(GO) test -race -count=1 -v -timeout 40m -run '^TestFault' ./chaos/
+
+## cluster: start (or complete) a local 3-node RabbitMQ cluster beside the
+## broker on 5672, on 127.0.0.1:5701-5703, and print its QUEUEY_CLUSTER=...
+## line (scripts/cluster.sh; QUEUEY_CLUSTER_DIR and QUEUEY_CLUSTER_PORTS
+## move it)
+cluster:
+	scripts/cluster.sh start
+
+## cluster-stop: stop the local cluster's nodes, keeping their data
+## (scripts/cluster.sh stop --clean also deletes it)
+cluster-stop:
+	scripts/cluster.sh stop

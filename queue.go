@@ -2,6 +2,7 @@ package queuey
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"time"
 
@@ -46,6 +47,9 @@ type Queue struct {
 	// MessageTTL, when positive, drops messages that waited longer on the
 	// queue (x-message-ttl). Default: none.
 	MessageTTL time.Duration
+	// Type is the kind of broker queue: Classic or Quorum. Default: the
+	// set's Type.
+	Type QueueType
 }
 
 // QueueSet is an application's queues: what producers may publish to and
@@ -59,8 +63,50 @@ type QueueSet struct {
 	// rounded up to (one hold queue per step). Default 1 s.
 	RetryGranularity time.Duration
 	// DeferGranularity is the step deferrals are rounded up to. A
-	// Retry-After is a contract, so keep it fine. Default 1 s.
+	// Retry-After is a contract, so keep it fine. Default 1 s. On
+	// Quorum queues waits are whole seconds whatever it says.
 	DeferGranularity time.Duration
+	// Type is the kind of broker queue its queues are, unless a Queue
+	// says otherwise: Classic (the default) or Quorum.
+	Type QueueType
+}
+
+// QueueType is the kind of broker queue a Queue is declared as
+// (ARCHITECTURE.md §1, "Topologies"). The zero value means the default:
+// the set's type for a Queue, Classic for a QueueSet.
+type QueueType int
+
+const (
+	// Classic queues live on one node: native priorities, a hold queue
+	// per distinct wait, the Rust crate's topology wire for wire. A node
+	// that is lost takes its queues away until it is back.
+	Classic QueueType = iota + 1
+	// Quorum queues are replicated over a RabbitMQ cluster's nodes (3.10
+	// and later) and lose no job with a minority of them. Deferred jobs
+	// come back on a lane of their own, which the worker takes from
+	// before the backlog; waits go through a fixed set of delay levels,
+	// in whole seconds, and are never early. Quorum queues are always
+	// durable: a Transient one is refused.
+	Quorum
+)
+
+// String is "classic", "quorum", or "default" for the zero value.
+func (t QueueType) String() string {
+	switch t {
+	case 0:
+		return "default"
+	case Classic, Quorum:
+		return t.broker().String()
+	}
+	return fmt.Sprintf("QueueType(%d)", int(t))
+}
+
+// broker is the broker's type for t (Classic for the zero value).
+func (t QueueType) broker() broker.QueueType {
+	if t == Quorum {
+		return broker.Quorum
+	}
+	return broker.Classic
 }
 
 // queueConfig is a Queue with its defaults applied and its names resolved.
@@ -68,17 +114,18 @@ type queueConfig struct {
 	Queue
 	broker      string
 	maxPriority uint8
+	qtype       broker.QueueType
 	prefetch    int
 	retry       RetryPolicy
 }
 
 func (c *queueConfig) spec() broker.QueueSpec {
-	return broker.QueueSpec{Name: c.broker, MaxPriority: c.maxPriority, Durable: !c.Transient, MessageTTL: c.MessageTTL}
+	return broker.QueueSpec{Name: c.broker, MaxPriority: c.maxPriority, Durable: !c.Transient, MessageTTL: c.MessageTTL, Type: c.qtype}
 }
 
 // suspects is the spec of the queue's suspects queue (poison.go).
 func (c *queueConfig) suspects() broker.QueueSpec {
-	return broker.QueueSpec{Name: broker.SuspectQueueName(c.broker), Durable: !c.Transient, Plain: true}
+	return broker.QueueSpec{Name: broker.SuspectQueueName(c.broker), Durable: !c.Transient, Plain: true, Type: c.qtype}
 }
 
 // queueSet is a validated QueueSet.
@@ -107,7 +154,7 @@ func resolve(set QueueSet) (*queueSet, error) {
 		deferGranularity: cmp.Or(set.DeferGranularity, broker.DefaultGranularity),
 	}
 	for _, q := range set.Queues {
-		c, err := resolveQueue(set.Prefix, q)
+		c, err := resolveQueue(set.Prefix, set.Type, q)
 		if err != nil {
 			return nil, err
 		}
@@ -137,12 +184,12 @@ func resolve(set QueueSet) (*queueSet, error) {
 	return s, nil
 }
 
-func resolveQueue(prefix string, q Queue) (*queueConfig, error) {
+func resolveQueue(prefix string, setType QueueType, q Queue) (*queueConfig, error) {
 	if q.Name == "" {
 		return nil, fmt.Errorf("%w: a queue has no name", ErrInvalidQueue)
 	}
 	c := &queueConfig{Queue: q, broker: broker.QueueName(prefix, q.Name)}
-	if err := broker.ValidateQueueName(c.broker); err != nil {
+	if err := c.resolveType(setType); err != nil {
 		return nil, err
 	}
 	switch {
@@ -172,6 +219,21 @@ func resolveQueue(prefix string, q Queue) (*queueConfig, error) {
 		c.retry = *q.Retry
 	}
 	return c, nil
+}
+
+// resolveType settles the queue's type, the set's when it says none, and
+// checks its name and settings against it.
+func (c *queueConfig) resolveType(setType QueueType) error {
+	t := cmp.Or(c.Type, setType)
+	if t < 0 || t > Quorum {
+		return fmt.Errorf("%w: queue %q: %v is neither Classic nor Quorum", ErrInvalidQueue, c.broker, t)
+	}
+	c.Type, c.qtype = t, t.broker()
+	err := broker.ValidateSpec(broker.QueueSpec{Name: c.broker, Type: c.qtype, Durable: !c.Transient})
+	if errors.Is(err, broker.ErrNotReplicable) {
+		return fmt.Errorf("%w: queue %q is Transient, and a Quorum queue is always durable", ErrInvalidQueue, c.broker)
+	}
+	return err
 }
 
 // nameOf is the Name in the set of the queue whose broker name (or whose
@@ -222,6 +284,8 @@ func disagreement(job, set Queue) string {
 		return "Transient"
 	case job.MessageTTL != 0 && job.MessageTTL != set.MessageTTL:
 		return "MessageTTL"
+	case job.Type != 0 && job.Type != set.Type:
+		return "Type"
 	}
 	return ""
 }

@@ -55,6 +55,9 @@ type QueueSpec struct {
 	// queue a worker keeps for itself (SuspectQueueName), whose dead
 	// letters go to its work queue's.
 	Plain bool
+	// Type is the kind of queue: Classic (the default) or Quorum, for the
+	// work queue, its dead-letter queue and, on Quorum, its lane.
+	Type QueueType
 	// SingleActiveConsumer delivers to one consumer at a time, the one
 	// that came first; when it ends, the next one takes over with what it
 	// left unsettled (x-single-active-consumer). A periodic schedule

@@ -128,6 +128,15 @@ func QueueName(prefix, name string) string {
 	return prefix + "." + name
 }
 
+// DeadQueueArgs are the declare arguments of a dead-letter queue: none
+// for a classic one, x-queue-type: quorum for a quorum one.
+func DeadQueueArgs(t QueueType) map[string]any {
+	if t == Quorum {
+		return map[string]any{"x-queue-type": "quorum"}
+	}
+	return nil
+}
+
 // DeadQueueName is the name of queue's dead-letter queue: queue + ".dead".
 func DeadQueueName(queue string) string {
 	return queue + DeadSuffix
@@ -239,6 +248,10 @@ func HoldQueueArgs(queue string, ttl time.Duration) map[string]any {
 //	x-max-priority  spec.MaxPriority, iff it is above 0
 //	x-message-ttl   spec.MessageTTL in ms, rounded up and clamped to
 //	                [1, MaxTTLMs], iff it is positive
+//	x-single-active-consumer  true, iff spec.SingleActiveConsumer
+//	x-queue-type    "quorum", iff spec.Type is Quorum; then no
+//	                x-max-priority (the lane, LaneQueueName, is the top
+//	                priority)
 //
 // Every number is an int64. RabbitMQ compares integer arguments by value
 // whatever their AMQP integer type, so this is equivalent to the Rust crate's
@@ -246,7 +259,9 @@ func HoldQueueArgs(queue string, ttl time.Duration) map[string]any {
 // types converts x-max-priority to uint8. The map is never nil.
 func QueueArgs(spec QueueSpec) map[string]any {
 	args := make(map[string]any, 2)
-	if spec.MaxPriority > 0 {
+	if spec.Type == Quorum {
+		args["x-queue-type"] = "quorum"
+	} else if spec.MaxPriority > 0 {
 		args["x-max-priority"] = int64(spec.MaxPriority)
 	}
 	if spec.MessageTTL > 0 {

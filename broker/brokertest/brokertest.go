@@ -43,6 +43,10 @@ type Config struct {
 	// Cleanup, when set, deletes the queues a test declared or held into,
 	// on a real broker. It is called after the backend is closed.
 	Cleanup func(t *testing.T, queues []string)
+	// Type is the topology the suite declares its queues with: Classic
+	// (the zero value) or Quorum (quorum queues are always durable, so
+	// every queue is then declared durable).
+	Type broker.QueueType
 	// Slack is how long past a hold's TTL the suite waits for the release
 	// (a real broker expires messages a little late). Default 2 s.
 	Slack time.Duration
@@ -55,6 +59,7 @@ type env struct {
 	prefix  string
 	created []string
 	slack   time.Duration
+	qtype   broker.QueueType
 }
 
 // queue returns a unique queue name for this test and remembers it (and its
@@ -62,11 +67,27 @@ type env struct {
 func (e *env) queue(name string) string {
 	q := e.prefix + "." + name
 	e.created = append(e.created, q, broker.DeadQueueName(q))
+	if e.qtype == broker.Quorum {
+		e.created = append(e.created, broker.LaneQueueName(q))
+	}
 	return q
 }
 
+// topology is spec on the suite's topology (Config.Type).
+func (e *env) topology(spec broker.QueueSpec) broker.QueueSpec {
+	spec.Type = e.qtype
+	if e.qtype == broker.Quorum {
+		spec.Durable = true
+	}
+	return spec
+}
+
+// declare declares specs on the suite's topology.
 func (e *env) declare(specs ...broker.QueueSpec) {
 	e.t.Helper()
+	for i := range specs {
+		specs[i] = e.topology(specs[i])
+	}
 	if err := e.b.Declare(e.t.Context(), specs...); err != nil {
 		e.t.Fatalf("declare: %v", err)
 	}
@@ -165,7 +186,7 @@ func Run(t *testing.T, cfg Config) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			body := func(t *testing.T) {
-				e := &env{t: t, b: cfg.New(t), prefix: "qt." + randomHex(), slack: cfg.Slack}
+				e := &env{t: t, b: cfg.New(t), prefix: "qt." + randomHex(), slack: cfg.Slack, qtype: cfg.Type}
 				if e.slack == 0 {
 					e.slack = 2 * time.Second
 				}
@@ -198,6 +219,37 @@ func wantIDs(t *testing.T, got []string, want ...string) {
 	t.Helper()
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("delivery order differs (-want +got):\n%s", diff)
+	}
+}
+
+// wantPriorityOrder checks the order of a priority queue's deliveries to
+// a consumer with a prefetch of 1: want, whose first lanes have a
+// priority, the highest first, FIFO within each level. On a quorum queue
+// those are on the lane, which the consumer prefers among what the
+// broker has sent it; the broker sends the lane's next one only after a
+// round of its log, so a backlog delivery already there may go first.
+// There each queue must be FIFO, and the lane's k-th delivery come
+// within the first 2k+2: it overtakes the backlog, one for one at worst.
+func (e *env) wantPriorityOrder(got []string, lanes int, want ...string) {
+	e.t.Helper()
+	if e.qtype != broker.Quorum {
+		wantIDs(e.t, got, want...)
+		return
+	}
+	pos := map[string]int{}
+	for i, id := range got {
+		pos[id] = i
+	}
+	for i, id := range want {
+		at, ok := pos[id]
+		switch {
+		case !ok:
+			e.t.Errorf("deliveries %v: %s is missing", got, id)
+		case i < lanes && at > 2*i+1:
+			e.t.Errorf("deliveries %v: %s came at %d, behind more than one backlog delivery per lane delivery (want %v)", got, id, at, want)
+		case i > 0 && i != lanes && at < pos[want[i-1]]:
+			e.t.Errorf("deliveries %v: %s went before %s, out of FIFO order (want %v)", got, id, want[i-1], want)
+		}
 	}
 }
 

@@ -16,3 +16,13 @@ func TestConformance(t *testing.T) {
 		Bubble: true,
 	})
 }
+
+// The same on the quorum topology: a lane for the top priority, waits in
+// whole seconds.
+func TestConformanceQuorum(t *testing.T) {
+	brokertest.Run(t, brokertest.Config{
+		New:    func(*testing.T) broker.Backend { return memory.New(nil) },
+		Bubble: true,
+		Type:   broker.Quorum,
+	})
+}

@@ -69,6 +69,7 @@ func New(opts *Options) *Backend {
 
 type queue struct {
 	spec      broker.QueueSpec
+	top       uint8       // the highest level (topPriority)
 	declared  bool        // through Declare (dead queues are made alongside)
 	levels    [][]*stored // index = priority level; FIFO within a level
 	consumers []*consumer // those dispatched to
@@ -120,7 +121,7 @@ func (b *Backend) Declare(ctx context.Context, specs ...broker.QueueSpec) error 
 		return err
 	}
 	for _, s := range specs {
-		if err := broker.ValidateQueueName(s.Name); err != nil {
+		if err := broker.ValidateSpec(s); err != nil {
 			return err
 		}
 	}
@@ -130,28 +131,39 @@ func (b *Backend) Declare(ctx context.Context, specs ...broker.QueueSpec) error 
 		return broker.ErrClosed
 	}
 	for _, s := range specs {
-		if q, ok := b.queues[s.Name]; ok && q.declared && q.spec != s {
-			return fmt.Errorf("%w: queue %q was declared with max priority %d, durable %t, message ttl %v; "+
-				"this declaration asks for max priority %d, durable %t, message ttl %v: "+
+		if q, ok := b.queues[s.Name]; ok && q.declared && !equivalent(q.spec, s) {
+			return fmt.Errorf("%w: queue %q was declared %s, with max priority %d, durable %t, message ttl %v; "+
+				"this declaration asks for %s, max priority %d, durable %t, message ttl %v: "+
 				"drain and delete the queue, or declare it as it is",
-				broker.ErrPreconditionFailed, s.Name, q.spec.MaxPriority, q.spec.Durable, q.spec.MessageTTL,
-				s.MaxPriority, s.Durable, s.MessageTTL)
+				broker.ErrPreconditionFailed, s.Name, q.spec.Type, q.spec.MaxPriority, q.spec.Durable, q.spec.MessageTTL,
+				s.Type, s.MaxPriority, s.Durable, s.MessageTTL)
 		}
 	}
 	for _, s := range specs {
 		b.queueLocked(s).declared = true
 		dead := broker.DeadQueueName(s.Name)
 		if _, ok := b.queues[dead]; !ok && !s.Plain {
-			b.queueLocked(broker.QueueSpec{Name: dead, Durable: true})
+			b.queueLocked(broker.QueueSpec{Name: dead, Durable: true, Type: s.Type})
 		}
 	}
 	return nil
 }
 
+// equivalent reports whether declaring b over a's queue is the same
+// declaration, as RabbitMQ sees it: on a quorum queue the top priority is
+// its lane, not one of its arguments.
+func equivalent(a, b broker.QueueSpec) bool {
+	if a.Type == broker.Quorum && b.Type == broker.Quorum {
+		a.MaxPriority, b.MaxPriority = 0, 0
+	}
+	return a == b
+}
+
 func (b *Backend) queueLocked(s broker.QueueSpec) *queue {
 	q, ok := b.queues[s.Name]
 	if !ok {
-		q = &queue{spec: s, levels: make([][]*stored, int(s.MaxPriority)+1)}
+		q = &queue{spec: s, top: topPriority(s)}
+		q.levels = make([][]*stored, int(q.top)+1)
 		b.queues[s.Name] = q
 	}
 	return q
@@ -234,6 +246,9 @@ func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duratio
 	if q, ok := b.queues[msg.Queue]; !ok || !q.declared {
 		return fmt.Errorf("%w: hold for %q, which was not declared through this backend", broker.ErrUnknownQueue, msg.Queue)
 	}
+	if b.queues[msg.Queue].spec.Type == broker.Quorum {
+		ttl = broker.LevelsTTL(ttl) // the delay levels wait whole seconds
+	}
 	b.releaseDueLocked()
 	b.seq++
 	heap.Push(&b.held, &held{
@@ -304,13 +319,32 @@ func (b *Backend) expireLocked(q *queue) {
 
 // level is where a priority lands: RabbitMQ treats a priority above the
 // queue's maximum as the maximum, and ignores it on a queue without one.
-func (q *queue) level(p uint8) int { return int(min(p, q.spec.MaxPriority)) }
+func (q *queue) level(p uint8) int { return int(min(p, q.top)) }
+
+// topPriority is the highest priority level of s's queue: its
+// MaxPriority; on a quorum queue, 1 if it has a lane (what lands there
+// comes first) and 0 if not, as on RabbitMQ.
+func topPriority(s broker.QueueSpec) uint8 {
+	if s.Type == broker.Quorum && (s.Plain || s.MaxPriority == 0) {
+		return 0
+	}
+	if s.Type == broker.Quorum {
+		return 1
+	}
+	return s.MaxPriority
+}
 
 // returnLocked puts a message that was delivered but not settled back in
 // its original place: before every message of its level that came later.
+// A quorum queue (RabbitMQ 3.10) puts it behind every message of its
+// level instead.
 func (q *queue) returnLocked(s *stored) {
 	s.redelivered = true
 	lvl := q.level(s.msg.Priority)
+	if q.spec.Type == broker.Quorum {
+		q.levels[lvl] = append(q.levels[lvl], s)
+		return
+	}
 	at, _ := slices.BinarySearchFunc(q.levels[lvl], s.seq, func(e *stored, seq uint64) int { return cmp.Compare(e.seq, seq) })
 	q.levels[lvl] = slices.Insert(q.levels[lvl], at, s)
 }
@@ -455,6 +489,9 @@ func (b *Backend) consume(ctx context.Context, queueName string, prefetch int, e
 			return nil, fmt.Errorf("%w: consume %q", broker.ErrInUse, queueName)
 		}
 	}
+	// A quorum queue checks that it has no consumer, and no more: on
+	// RabbitMQ 3.10 it lets others consume beside an exclusive consumer.
+	exclusive = exclusive && q.spec.Type != broker.Quorum
 	c := &consumer{b: b, q: q, prefetch: prefetch, ch: make(chan broker.Delivery, prefetch), unacked: map[uint64]*delivery{}, exclusive: exclusive}
 	q.consumers = append(q.consumers, c)
 	b.releaseDueLocked()
@@ -545,7 +582,12 @@ func (c *consumer) endLocked(err error) {
 	if c.b.closed {
 		return
 	}
+	back := make([]*delivery, 0, len(c.unacked))
 	for _, d := range c.unacked {
+		back = append(back, d)
+	}
+	slices.SortFunc(back, func(a, b *delivery) int { return cmp.Compare(a.tag, b.tag) }) // as delivered
+	for _, d := range back {
 		c.q.returnLocked(d.s)
 	}
 	clear(c.unacked)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,8 +48,8 @@ var (
 
 // Backend is the RabbitMQ backend. Create it with Dial.
 type Backend struct {
-	url     string // holds credentials: never logged, never in an error
-	safeURL string
+	nodes   []node // the broker's nodes, tried in turn (dial)
+	safeURL string // every node's URL without its password, for String
 	opts    Options
 
 	runCtx context.Context // the connection supervisors'; ends at Close
@@ -68,6 +69,12 @@ type Backend struct {
 	workChecks   map[string]*workChecks // work queue → its checks for Hold (workcheck.go)
 }
 
+// node is one node of the broker, by its URL.
+type node struct {
+	url     string // holds credentials: never logged, never in an error
+	safeURL string // url without its password (Redact)
+}
+
 // link is one of the backend's connections, as its connection actor
 // keeps it. Backend.mu guards its fields.
 type link struct {
@@ -84,10 +91,22 @@ var _ broker.Backend = (*Backend)(nil)
 // Consume). A first dial that fails is returned as an error (credentials,
 // a missing vhost, nobody listening) rather than retried.
 func Dial(ctx context.Context, rawURL string, opts *Options) (*Backend, error) {
+	return DialCluster(ctx, []string{rawURL}, opts)
+}
+
+// DialCluster is Dial for a broker of several nodes, a RabbitMQ cluster:
+// one URL per node. Each connection goes to the first node, in the given
+// order, that takes it; when it is lost, the next dial starts with
+// another node, with the same backoff as Dial's reconnects, so that
+// publishes in flight go out again through a node that is up
+// (ARCHITECTURE.md §1, "Topologies"). The first dial fails only if no
+// node takes it.
+func DialCluster(ctx context.Context, urls []string, opts *Options) (*Backend, error) {
+	if len(urls) == 0 {
+		return nil, errors.New("rabbitmq: no broker URL to dial")
+	}
 	o := opts.withDefaults()
 	b := &Backend{
-		url:          rawURL,
-		safeURL:      Redact(rawURL),
 		opts:         o,
 		pub:          link{role: "publish", name: o.ConnectionName, ready: make(chan struct{})},
 		sub:          link{role: "consume", name: o.ConnectionName + " (consume)", ready: make(chan struct{})},
@@ -95,21 +114,36 @@ func Dial(ctx context.Context, rawURL string, opts *Options) (*Backend, error) {
 		holdDeclared: map[string]time.Time{},
 		workChecks:   map[string]*workChecks{},
 	}
-	u, err := url.Parse(rawURL)
-	switch {
-	case err != nil:
-		// The parser's text may quote part of the password: none of it.
-		return nil, fmt.Errorf("rabbitmq: the AMQP URL does not parse: is its port a number? A user name or password holding '/', '?', '#', '@', ':', '%%' or a space must be percent-encoded (url.UserPassword does it)")
-	case u.Scheme != "amqp" && u.Scheme != "amqps":
-		return nil, fmt.Errorf("rabbitmq: %q is not an amqp:// or amqps:// URL (amqp://user:password@host:5672/vhost)", b.safeURL)
+	safe := make([]string, len(urls))
+	for i, raw := range urls {
+		n, err := parseNode(raw)
+		if err != nil {
+			return nil, err
+		}
+		b.nodes, safe[i] = append(b.nodes, n), n.safeURL
 	}
-	first, err := b.dial(ctx, b.pub.name)
+	b.safeURL = strings.Join(safe, ",")
+	first, _, err := b.dial(ctx, b.pub.name, 0)
 	if err != nil {
 		return nil, err
 	}
 	b.runCtx, b.stop = context.WithCancel(context.Background())
 	b.superviseLocked(&b.pub, first)
 	return b, nil
+}
+
+// parseNode checks that rawURL is an amqp:// or amqps:// URL.
+func parseNode(rawURL string) (node, error) {
+	n := node{url: rawURL, safeURL: Redact(rawURL)}
+	u, err := url.Parse(rawURL)
+	switch {
+	case err != nil:
+		// The parser's text may quote part of the password: none of it.
+		return n, fmt.Errorf("rabbitmq: the AMQP URL does not parse: is its port a number? A user name or password holding '/', '?', '#', '@', ':', '%%' or a space must be percent-encoded (url.UserPassword does it)")
+	case u.Scheme != "amqp" && u.Scheme != "amqps":
+		return n, fmt.Errorf("rabbitmq: %q is not an amqp:// or amqps:// URL (amqp://user:password@host:5672/vhost)", n.safeURL)
+	}
+	return n, nil
 }
 
 // superviseLocked starts the supervised connection actor that keeps l
@@ -168,7 +202,7 @@ func (b *Backend) sessionOf(ctx context.Context, l *link) (*session, error) {
 // reconnect.
 func (b *Backend) Declare(ctx context.Context, specs ...broker.QueueSpec) error {
 	for _, s := range specs {
-		if err := broker.ValidateQueueName(s.Name); err != nil {
+		if err := broker.ValidateSpec(s); err != nil {
 			return err
 		}
 	}
@@ -198,7 +232,7 @@ func (b *Backend) Declare(ctx context.Context, specs ...broker.QueueSpec) error 
 // publish cut off by a lost connection is sent again, so a message may
 // arrive twice, never zero times once Publish returned nil.
 func (b *Backend) Publish(ctx context.Context, msg broker.Message) error {
-	return b.publish(ctx, msg.Queue, publishing(msg, nil))
+	return b.publish(ctx, b.routeOf(msg), publishing(msg, nil))
 }
 
 // PublishBatch publishes msgs on one channel with up to 256 confirms in
@@ -206,8 +240,10 @@ func (b *Backend) Publish(ctx context.Context, msg broker.Message) error {
 // the connection is published again on the next one, as Publish does.
 func (b *Backend) PublishBatch(ctx context.Context, msgs []broker.Message, settled func(i int, err error)) {
 	todo := make([]int, len(msgs))
+	routes := make([]route, len(msgs))
 	for i := range todo {
 		todo[i] = i
+		routes[i] = b.routeOf(msgs[i])
 	}
 	for len(todo) > 0 {
 		s, err := b.session(ctx)
@@ -220,7 +256,7 @@ func (b *Backend) PublishBatch(ctx context.Context, msgs []broker.Message, settl
 			}
 			return
 		}
-		todo = s.publishBatch(ctx, msgs, todo, settled)
+		todo = s.publishBatch(ctx, msgs, routes, todo, settled)
 	}
 }
 
@@ -250,6 +286,9 @@ func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duratio
 	if !ok {
 		return fmt.Errorf("%w: hold for %q, which was not declared through this backend", broker.ErrUnknownQueue, msg.Queue)
 	}
+	if spec.Type == broker.Quorum {
+		return b.holdInLevels(ctx, msg, spec, ttl)
+	}
 	hold := broker.HoldQueueName(msg.Queue, ttl)
 	if err := b.declareHold(ctx, hold, spec, ttl); err != nil {
 		return err
@@ -273,7 +312,7 @@ func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duratio
 // publishHeld publishes msg into hold, declared for spec's queue and ttl,
 // and declares hold again after the confirm if the rule asks (see Hold).
 func (b *Backend) publishHeld(ctx context.Context, hold string, spec broker.QueueSpec, ttl time.Duration, msg broker.Message) error {
-	err := b.publish(ctx, hold, publishing(msg, nil))
+	err := b.publish(ctx, toQueue(hold), publishing(msg, nil))
 	if errors.Is(err, broker.ErrUnroutable) {
 		// The hold queue went away although it was declared recently
 		// (deleted by hand, or the broker restarted): declare it again
@@ -282,7 +321,7 @@ func (b *Backend) publishHeld(ctx context.Context, hold string, spec broker.Queu
 		delete(b.holdDeclared, hold)
 		b.mu.Unlock()
 		if err = b.declareHold(ctx, hold, spec, ttl); err == nil {
-			err = b.publish(ctx, hold, publishing(msg, nil))
+			err = b.publish(ctx, toQueue(hold), publishing(msg, nil))
 		}
 	}
 	if err != nil {
@@ -335,7 +374,7 @@ func (b *Backend) DeadLetter(ctx context.Context, dl broker.DeadLetter) error {
 		broker.HeaderAttempts:      dl.Attempt,
 	}
 	dead := broker.DeadQueueName(dl.Queue)
-	err := b.publish(ctx, dead, publishing(dl.Message, extra))
+	err := b.publish(ctx, toQueue(dead), publishing(dl.Message, extra))
 	if !errors.Is(err, broker.ErrUnroutable) {
 		return err
 	}
@@ -350,16 +389,16 @@ func (b *Backend) DeadLetter(ctx context.Context, dl broker.DeadLetter) error {
 	if derr := b.Declare(ctx, spec); derr != nil {
 		return fmt.Errorf("dead-letter queue %q is gone, and declaring it again failed: %w", dead, derr)
 	}
-	return b.publish(ctx, dead, publishing(dl.Message, extra))
+	return b.publish(ctx, toQueue(dead), publishing(dl.Message, extra))
 }
 
-func (b *Backend) publish(ctx context.Context, queue string, pub amqp.Publishing) error {
+func (b *Backend) publish(ctx context.Context, to route, pub amqp.Publishing) error {
 	for {
 		s, err := b.session(ctx)
 		if err != nil {
 			return err
 		}
-		err = s.publish(ctx, queue, pub)
+		err = s.publish(ctx, to, pub)
 		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
 			continue // the next connection takes it
 		}
@@ -367,14 +406,21 @@ func (b *Backend) publish(ctx context.Context, queue string, pub amqp.Publishing
 	}
 }
 
-// Depth counts the messages ready on queue, by a passive declare.
+// Depth counts the messages ready on queue, by a passive declare (and on
+// its lane's, when it has one).
 func (b *Backend) Depth(ctx context.Context, queue string) (int, error) {
+	b.mu.Lock()
+	spec, ok := b.declared[queue]
+	b.mu.Unlock()
+	if !ok {
+		spec = broker.QueueSpec{Name: queue}
+	}
 	for {
 		s, err := b.session(ctx)
 		if err != nil {
 			return 0, err
 		}
-		n, err := s.depth(ctx, queue)
+		n, err := b.depthOf(ctx, s, spec)
 		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
 			continue
 		}
@@ -411,6 +457,17 @@ func (b *Backend) consume(ctx context.Context, queue string, prefetch int, exclu
 	s, err := b.sessionOf(ctx, &b.sub)
 	if err != nil {
 		return nil, err
+	}
+	b.mu.Lock()
+	spec := b.declared[queue]
+	b.mu.Unlock()
+	if hasLane(spec) && !exclusive {
+		return s.consumeLaned(ctx, queue, prefetch)
+	}
+	if exclusive && b.queueType(queue) == broker.Quorum {
+		if err := b.aloneOn(ctx, s, queue); err != nil {
+			return nil, err
+		}
 	}
 	return s.consume(ctx, queue, prefetch, exclusive)
 }

@@ -78,10 +78,33 @@ func (c *connection) close() {
 	}
 }
 
-// dial opens one connection named name, or says clearly why it could not.
-// ctx bounds the whole of it, the AMQP handshake included, which amqp091
-// runs without one.
-func (b *Backend) dial(ctx context.Context, name string) (*connection, error) {
+// dial connects to the first node, from start on in turn, that takes a
+// connection named name: a node that is down or refuses is passed over
+// for the next. It returns the node's index; when none took it, every
+// node's failure, joined (errors.Is finds ErrAccessRefused in them).
+func (b *Backend) dial(ctx context.Context, name string, start int) (*connection, int, error) {
+	errs := make([]error, 0, len(b.nodes))
+	for k := range b.nodes {
+		i := (start + k) % len(b.nodes)
+		conn, err := b.dialNode(ctx, name, b.nodes[i])
+		if err == nil {
+			return conn, i, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if len(errs) == 1 {
+		return nil, start, errs[0]
+	}
+	return nil, start, fmt.Errorf("rabbitmq: no node took the connection: %w", errors.Join(errs...))
+}
+
+// dialNode opens one connection named name to n, or says clearly why it
+// could not. ctx bounds the whole of it, the AMQP handshake included,
+// which amqp091 runs without one.
+func (b *Backend) dialNode(ctx context.Context, name string, n node) (*connection, error) {
 	var socket *countedConn
 	var unwatch func() bool // ends the handshake's watch of ctx
 	cfg := amqp.Config{
@@ -109,7 +132,7 @@ func (b *Backend) dial(ctx context.Context, name string) (*connection, error) {
 			return socket, nil
 		},
 	}
-	conn, err := amqp.DialConfig(b.url, cfg)
+	conn, err := amqp.DialConfig(n.url, cfg)
 	if unwatch != nil && !unwatch() && err == nil {
 		// ctx ended as the handshake did: the socket's deadline may be
 		// past, the connection unusable.
@@ -120,32 +143,32 @@ func (b *Backend) dial(ctx context.Context, name string) (*connection, error) {
 		return &connection{Connection: conn, socket: socket}, nil
 	}
 	if ctx.Err() != nil {
-		return nil, fmt.Errorf("rabbitmq: connect to %s: %w", b.safeURL, context.Cause(ctx))
+		return nil, fmt.Errorf("rabbitmq: connect to %s: %w", n.safeURL, context.Cause(ctx))
 	}
-	return nil, b.dialFailure(err)
+	return nil, n.dialFailure(err)
 }
 
 // dialFailure says why a dial failed, for a ctx that has not ended, without
 // the password. What amqp091 reports is kept under it, for errors.As.
-func (b *Backend) dialFailure(err error) error {
+func (n node) dialFailure(err error) error {
 	var amqpErr *amqp.Error
 	switch {
 	case errors.Is(err, amqp.ErrSASL):
-		return fmt.Errorf("%w: %s offers no authentication mechanism in common with this client", ErrAccessRefused, b.safeURL)
+		return fmt.Errorf("%w: %s offers no authentication mechanism in common with this client", ErrAccessRefused, n.safeURL)
 	case errors.Is(err, amqp.ErrVhost) || errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotAllowed:
-		return b.vhostRefused(err)
+		return n.vhostRefused(err)
 	case errors.Is(err, amqp.ErrCredentials) || errors.As(err, &amqpErr) && amqpErr.Code == amqp.AccessRefused:
-		return fmt.Errorf("%w: %s refused the user name or password", ErrAccessRefused, b.safeURL)
+		return fmt.Errorf("%w: %s refused the user name or password", ErrAccessRefused, n.safeURL)
 	case errors.As(err, &amqpErr) && !amqpErr.Server && (amqpErr.Code == amqp.FrameError || amqpErr.Code == amqp.SyntaxError):
 		return &dialError{err: err, text: fmt.Sprintf("rabbitmq: the peer at %s did not speak AMQP 0-9-1 (%s): "+
-			"is that a RabbitMQ AMQP port (5672, or 5671 for amqps://)?", b.safeURL, scrub(errors.New(innermost(amqpErr.Reason)), b.url))}
+			"is that a RabbitMQ AMQP port (5672, or 5671 for amqps://)?", n.safeURL, scrub(errors.New(innermost(amqpErr.Reason)), n.url))}
 	}
 	var netErr net.Error
 	if errors.As(err, &netErr) || errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("rabbitmq: cannot reach %s (is the broker running? start one with "+
-			"`rabbitmq-server -detached`, or point QUEUEY_AMQP_URL elsewhere): %v", b.safeURL, scrub(err, b.url))
+			"`rabbitmq-server -detached`, or point QUEUEY_AMQP_URL elsewhere): %v", n.safeURL, scrub(err, n.url))
 	}
-	return fmt.Errorf("rabbitmq: connect to %s: %v", b.safeURL, scrub(err, b.url))
+	return fmt.Errorf("rabbitmq: connect to %s: %v", n.safeURL, scrub(err, n.url))
 }
 
 // vhostRefused reports the broker's refusal of the URL's virtual host
@@ -154,9 +177,9 @@ func (b *Backend) dialFailure(err error) error {
 // user may not use it, or one of its connection limits is reached, as the
 // broker's reason says. It is not ErrAccessRefused, which is for the
 // credentials.
-func (b *Backend) vhostRefused(err error) error {
+func (n node) vhostRefused(err error) error {
 	var vhost, user string
-	if uri, perr := amqp.ParseURI(b.url); perr == nil {
+	if uri, perr := amqp.ParseURI(n.url); perr == nil {
 		vhost, user = uri.Vhost, uri.Username
 	}
 	reason := err.Error()
@@ -165,7 +188,7 @@ func (b *Backend) vhostRefused(err error) error {
 		reason = amqpErr.Reason
 	}
 	return &dialError{err: err, text: fmt.Sprintf("rabbitmq: %s: the virtual host %q does not exist or is not accessible to user %q (the broker said: %s)",
-		b.safeURL, vhost, user, scrub(errors.New(reason), b.url))}
+		n.safeURL, vhost, user, scrub(errors.New(reason), n.url))}
 }
 
 // dialError is a failed dial said in words of its own, with the error from
@@ -215,6 +238,7 @@ type connectionActor struct {
 	b       *Backend
 	link    *link
 	first   *connection // from Dial, used by the first run
+	node    int         // the node connected to last (Backend.nodes)
 	dialed  bool        // a connection was up before: the next is a reconnect
 	lastErr string
 }
@@ -226,7 +250,13 @@ func (a *connectionActor) Run(ctx context.Context) error {
 	a.first = nil
 	if conn == nil {
 		var err error
-		if conn, err = b.dial(ctx, l.name); err != nil {
+		// After a connection was lost, another node first: the one
+		// lost may be down.
+		start := a.node
+		if a.dialed {
+			start++
+		}
+		if conn, a.node, err = b.dial(ctx, l.name, start); err != nil {
 			if err.Error() != a.lastErr { // once per distinct cause: no log storm
 				log.Warn("rabbitmq connect failed; retrying with backoff", "error", err)
 				a.lastErr = err.Error()
@@ -234,7 +264,7 @@ func (a *connectionActor) Run(ctx context.Context) error {
 			return err
 		}
 		if a.dialed {
-			log.Info("rabbitmq reconnected", "url", b.safeURL)
+			log.Info("rabbitmq reconnected", "url", b.nodes[a.node].safeURL)
 		}
 	}
 	a.dialed, a.lastErr = true, ""
@@ -330,11 +360,12 @@ type session struct {
 
 	// Semaphores rather than mutexes, so that a caller waits for its turn
 	// no longer than its ctx allows, whoever holds it.
-	opening       chan struct{} // one pool channel opened at a time
-	declSem       chan struct{} // one declare at a time on declCh, which it guards
-	declCh        *amqp.Channel
-	closeMu       sync.Mutex
-	backendClosed bool // closed because the backend is, not because the connection was lost
+	opening        chan struct{} // one pool channel opened at a time
+	declSem        chan struct{} // one declare at a time on declCh, which it guards
+	declCh         *amqp.Channel
+	delaysDeclared atomic.Bool // the delay levels, on this connection (quorum.go)
+	closeMu        sync.Mutex
+	backendClosed  bool // closed because the backend is, not because the connection was lost
 
 	blockMu   sync.Mutex
 	blockedBy string        // the broker's reason while it blocks publishes
@@ -592,7 +623,7 @@ func (s *session) openPublisher(ctx context.Context) (p *publisher, err error) {
 	return p, nil
 }
 
-func (s *session) publish(ctx context.Context, queue string, pub amqp.Publishing) error {
+func (s *session) publish(ctx context.Context, to route, pub amqp.Publishing) error {
 	if err := s.waitUnblocked(ctx); err != nil {
 		return err
 	}
@@ -600,12 +631,12 @@ func (s *session) publish(ctx context.Context, queue string, pub amqp.Publishing
 	if err != nil {
 		return err
 	}
-	err = s.blockedOr(ctx, p.publish(ctx, queue, pub))
+	err = s.blockedOr(ctx, p.publish(ctx, to, pub))
 	if errors.Is(err, errSharedRefusal) {
 		// The pool's channels are shared: the refused publish may have
 		// been another in flight on the same channel. A refusal on a
 		// channel of its own is this message's.
-		return s.publishAlone(ctx, queue, pub)
+		return s.publishAlone(ctx, to, pub)
 	}
 	return err
 }
@@ -614,10 +645,10 @@ func (s *session) publish(ctx context.Context, queue string, pub amqp.Publishing
 // closed after it, so that a refusal is this message's own. If the broker
 // had taken the message before the refusal that made this call, it gets
 // it twice, as it does any publish whose confirm was lost.
-func (s *session) publishAlone(ctx context.Context, queue string, pub amqp.Publishing) error {
+func (s *session) publishAlone(ctx context.Context, to route, pub amqp.Publishing) error {
 	alone := privatePublisher{s: s}
 	defer alone.close()
-	return alone.publish(ctx, queue, pub)
+	return alone.publish(ctx, to, pub)
 }
 
 // privatePublisher publishes one message at a time, waiting for each
@@ -629,7 +660,7 @@ type privatePublisher struct {
 	p *publisher // nil until the first publish, and after a failed one
 }
 
-func (a *privatePublisher) publish(ctx context.Context, queue string, pub amqp.Publishing) error {
+func (a *privatePublisher) publish(ctx context.Context, to route, pub amqp.Publishing) error {
 	if err := a.s.waitUnblocked(ctx); err != nil {
 		return err
 	}
@@ -643,7 +674,7 @@ func (a *privatePublisher) publish(ctx context.Context, queue string, pub amqp.P
 		}
 		a.p = p
 	}
-	err := a.s.blockedOr(ctx, a.p.publish(ctx, queue, pub))
+	err := a.s.blockedOr(ctx, a.p.publish(ctx, to, pub))
 	if err != nil {
 		a.close()
 	}
@@ -677,7 +708,7 @@ func (s *session) blockedOr(ctx context.Context, err error) error {
 // batchWindow bounds the confirms one PublishBatch keeps in flight.
 const batchWindow = 256
 
-// publishBatch publishes msgs[i] for each i of todo on one channel, with up
+// publishBatch publishes msgs[i] to routes[i] for each i of todo on one channel, with up
 // to batchWindow confirms in flight, and tells settled each outcome. It
 // returns the indexes whose publish was lost with the connection, to
 // publish again on the next one; those are not settled yet.
@@ -687,7 +718,7 @@ const batchWindow = 256
 // (errSharedRefusal) are published again one at a time on a channel out of
 // the pool (a privatePublisher), so that only the refused one fails (the
 // others the broker had taken before the refusal arrive twice).
-func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo []int, settled func(i int, err error)) (lost []int) {
+func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, routes []route, todo []int, settled func(i int, err error)) (lost []int) {
 	p, err := s.publisher(ctx)
 	if err != nil {
 		if errors.Is(err, ErrConnectionLost) {
@@ -705,7 +736,7 @@ func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo 
 	window := make([]inFlight, 0, batchWindow) // oldest first
 	var refused []int                          // in flight when the broker refused one of them
 	settle := func(f inFlight) {
-		err := s.blockedOr(ctx, p.wait(ctx, msgs[f.i].Queue, f.confirmed))
+		err := s.blockedOr(ctx, p.wait(ctx, routes[f.i], f.confirmed))
 		switch {
 		case errors.Is(err, ErrConnectionLost) && ctx.Err() == nil:
 			lost = append(lost, f.i)
@@ -734,7 +765,7 @@ func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo 
 			}
 			break
 		}
-		confirmed, err := p.send(ctx, msgs[i].Queue, publishing(msgs[i], nil))
+		confirmed, err := p.send(ctx, routes[i], publishing(msgs[i], nil))
 		if errors.Is(err, ErrConnectionLost) {
 			lost = append(lost, todo[k:]...)
 			break
@@ -751,7 +782,7 @@ func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo 
 	alone := privatePublisher{s: s}
 	defer alone.close()
 	for _, i := range refused {
-		err := alone.publish(ctx, msgs[i].Queue, publishing(msgs[i], nil))
+		err := alone.publish(ctx, routes[i], publishing(msgs[i], nil))
 		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
 			lost = append(lost, i)
 			continue
@@ -761,23 +792,32 @@ func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, todo 
 	return lost
 }
 
-// declare declares one queue on the declaration channel, kept apart from
-// the publishing channels so that a refused declare (which closes its
-// channel) cannot cut off publishes in flight. While the broker blocks the
-// connection it is not read, so a declare waits for the block to lift,
-// bounded by ctx, before it is sent.
+// declare declares one queue on the declaration channel (onDeclCh).
 func (s *session) declare(ctx context.Context, name string, durable bool, args amqp.Table) error {
+	return s.onDeclCh(ctx, "declare", name, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(name, durable, false, false, false, args)
+		return err
+	})
+}
+
+// onDeclCh runs call (a declaration: a queue, an exchange, a binding of
+// name) on the declaration channel, kept apart from the publishing
+// channels so that a refused declare (which closes its channel) cannot
+// cut off publishes in flight. While the broker blocks the connection it
+// is not read, so a declaration waits for the block to lift, bounded by
+// ctx, before it is sent.
+func (s *session) onDeclCh(ctx context.Context, what, name string, call func(*amqp.Channel) error) error {
 	if err := s.waitUnblocked(ctx); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := acquire(ctx, s.declSem, "declare "+strconv.Quote(name)); err != nil {
+	if err := acquire(ctx, s.declSem, what+" "+strconv.Quote(name)); err != nil {
 		return err
 	}
 	defer func() { <-s.declSem }()
-	err := s.guard(ctx, callRequest, "declare", name, func() error {
+	err := s.guard(ctx, callRequest, what, name, func() error {
 		if s.declCh == nil || s.declCh.IsClosed() {
 			ch, err := s.conn.Channel()
 			if err != nil {
@@ -785,8 +825,7 @@ func (s *session) declare(ctx context.Context, name string, durable bool, args a
 			}
 			s.declCh = ch
 		}
-		_, err := s.declCh.QueueDeclare(name, durable, false, false, false, args)
-		return err
+		return call(s.declCh)
 	})
 	var amqpErr *amqp.Error
 	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.PreconditionFailed {
@@ -831,11 +870,17 @@ func inequivalent(name, reason string) error {
 // closes the channel it was asked on. Like declare, it waits for a block
 // to lift first.
 func (s *session) depth(ctx context.Context, queue string) (int, error) {
+	q, err := s.inspect(ctx, queue)
+	return q.Messages, err
+}
+
+// inspect is what a passive declare of queue says (depth).
+func (s *session) inspect(ctx context.Context, queue string) (amqp.Queue, error) {
 	if err := s.waitUnblocked(ctx); err != nil {
-		return 0, err
+		return amqp.Queue{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return amqp.Queue{}, err
 	}
 	var q amqp.Queue
 	err := s.guard(ctx, callRequest, "depth of", queue, func() error {
@@ -849,23 +894,17 @@ func (s *session) depth(ctx context.Context, queue string) (int, error) {
 	})
 	var amqpErr *amqp.Error
 	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound {
-		return 0, fmt.Errorf("%w: depth of %q", broker.ErrNoQueue, queue)
+		return q, fmt.Errorf("%w: depth of %q", broker.ErrNoQueue, queue)
 	}
 	if err != nil {
-		return 0, lostOr(err)
+		return q, lostOr(err)
 	}
-	return q.Messages, nil
+	return q, nil
 }
 
 func (s *session) declareAll(ctx context.Context, specs []broker.QueueSpec) error {
 	for _, spec := range specs {
-		if err := s.declare(ctx, spec.Name, spec.Durable, table(broker.QueueArgs(spec))); err != nil {
-			return err
-		}
-		if spec.Plain {
-			continue
-		}
-		if err := s.declare(ctx, broker.DeadQueueName(spec.Name), true, nil); err != nil {
+		if err := s.declareSpec(ctx, spec); err != nil {
 			return err
 		}
 	}

@@ -47,15 +47,32 @@ type consumer struct {
 }
 
 func (s *session) consume(ctx context.Context, queue string, prefetch int, exclusive bool) (broker.Consumer, error) {
+	cs, err := s.consumeAll(ctx, []string{queue}, []int{prefetch}, exclusive)
+	if err != nil {
+		return nil, err
+	}
+	return cs[0], nil
+}
+
+// consumeAll starts a consumer of each of queues, in order, on one channel,
+// with basic.qos(prefetches[i]) for each. A laned consumer's lane comes
+// first: the broker then starts delivering it first.
+func (s *session) consumeAll(ctx context.Context, queues []string, prefetches []int, exclusive bool) ([]*consumer, error) {
 	var ch *amqp.Channel
-	var deliveries <-chan amqp.Delivery
-	tag := consumerTag(queue)
-	err := s.guard(ctx, callRequest, "consume", queue, func() (err error) {
+	deliveries := make([]<-chan amqp.Delivery, len(queues))
+	tags := make([]string, len(queues))
+	err := s.guard(ctx, callRequest, "consume", queues[0], func() (err error) {
 		if ch, err = s.conn.Channel(); err != nil {
 			return err
 		}
-		if err = ch.Qos(prefetch, 0, false); err == nil {
-			deliveries, err = ch.Consume(queue, tag, false, exclusive, false, false, nil)
+		for i, queue := range queues {
+			if err == nil {
+				err = ch.Qos(prefetches[i], 0, false)
+			}
+			if err == nil {
+				tags[i] = consumerTag(queue)
+				deliveries[i], err = ch.Consume(queue, tags[i], false, exclusive, false, false, nil)
+			}
 		}
 		if err != nil {
 			_ = ch.Close()
@@ -67,29 +84,31 @@ func (s *session) consume(ctx context.Context, queue string, prefetch int, exclu
 		if ch != nil { // it got through, just as guard gave the connection up
 			_ = ch.Close()
 		}
-		var amqpErr *amqp.Error
-		if errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound {
-			return nil, fmt.Errorf("%w: consume %q: %s", broker.ErrNoQueue, queue, amqpErr.Reason)
-		}
-		if errors.As(err, &amqpErr) && amqpErr.Code == amqp.AccessRefused && strings.Contains(amqpErr.Reason, "exclusive") {
-			return nil, fmt.Errorf("%w: consume %q: %s", broker.ErrInUse, queue, amqpErr.Reason)
-		}
-		return nil, lostOr(err)
+		return nil, consumeError(queues, err)
 	}
-	c := &consumer{
-		tag:   tag,
-		queue: queue,
-		ch:    ch,
-		out:   make(chan broker.Delivery),
-		stop:  make(chan struct{}),
-		ended: make(chan struct{}),
+	cs := make([]*consumer, len(queues))
+	for i, queue := range queues {
+		cs[i] = &consumer{tag: tags[i], queue: queue, ch: ch,
+			out: make(chan broker.Delivery), stop: make(chan struct{}), ended: make(chan struct{})}
+		closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+		// amqp091 tells of a basic.cancel from the broker here before it
+		// ends the deliveries; each consumer of the channel needs room.
+		cs[i].brokerCancel = ch.NotifyCancel(make(chan string, len(queues)))
+		go cs[i].run(deliveries[i], closed, s)
 	}
-	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
-	// amqp091 tells of a basic.cancel from the broker here before it ends
-	// the deliveries; the one consumer of the channel needs room for one.
-	c.brokerCancel = ch.NotifyCancel(make(chan string, 1))
-	go c.run(deliveries, closed, s)
-	return c, nil
+	return cs, nil
+}
+
+// consumeError says why a consume of queues failed.
+func consumeError(queues []string, err error) error {
+	var amqpErr *amqp.Error
+	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound {
+		return fmt.Errorf("%w: consume %q: %s", broker.ErrNoQueue, queues, amqpErr.Reason)
+	}
+	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.AccessRefused && strings.Contains(amqpErr.Reason, "exclusive") {
+		return fmt.Errorf("%w: consume %q: %s", broker.ErrInUse, queues, amqpErr.Reason)
+	}
+	return lostOr(err)
 }
 
 func (c *consumer) run(deliveries <-chan amqp.Delivery, closed <-chan *amqp.Error, s *session) {
@@ -284,6 +303,7 @@ func message(queue string, d amqp.Delivery) broker.Message {
 		case k == "x-death":
 			m.FromHold = true
 		case strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-"):
+		case k == "x-delivery-count": // a quorum queue's count of redeliveries
 		case k == "CC" || k == "BCC":
 		default:
 			if m.Headers == nil {

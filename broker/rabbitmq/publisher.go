@@ -159,29 +159,28 @@ var errSharedRefusal = errors.New("one of several publishes in flight on the cha
 // shutdown closes the channel; the owner then fails what is pending.
 func (p *publisher) shutdown() { _ = p.ch.Close() }
 
-// publish sends pub to queue through the default exchange, mandatory, and
-// waits for its confirm.
-func (p *publisher) publish(ctx context.Context, queue string, pub amqp.Publishing) error {
+// publish sends pub where to says, mandatory, and waits for its confirm.
+func (p *publisher) publish(ctx context.Context, to route, pub amqp.Publishing) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	confirmed, err := p.send(ctx, queue, pub)
+	confirmed, err := p.send(ctx, to, pub)
 	if err != nil {
 		return err
 	}
-	return p.wait(ctx, queue, confirmed)
+	return p.wait(ctx, to, confirmed)
 }
 
-// send sends pub to queue through the default exchange, mandatory, and
+// send sends pub where to says, mandatory, and
 // returns where its outcome will come (see wait). A write the broker does
 // not take ends soon after ctx does (session.guard).
-func (p *publisher) send(ctx context.Context, queue string, pub amqp.Publishing) (confirmed <-chan error, _ error) {
+func (p *publisher) send(ctx context.Context, to route, pub amqp.Publishing) (confirmed <-chan error, _ error) {
 	if err := fitsAFrame(pub, p.s.conn.Config.FrameSize); err != nil {
-		return nil, fmt.Errorf("publish to %q: %w", queue, err)
+		return nil, fmt.Errorf("publish to %s: %w", to, err)
 	}
 	var dc *amqp.DeferredConfirmation
-	err := p.s.guard(ctx, callWrite, "publish to", queue, func() (err error) {
-		dc, err = p.ch.PublishWithDeferredConfirm("", queue, true, false, pub)
+	err := p.s.guard(ctx, callWrite, "publish to", to.String(), func() (err error) {
+		dc, err = p.ch.PublishWithDeferredConfirm(to.exchange, to.key, true, false, pub)
 		return err
 	})
 	if err != nil {
@@ -236,8 +235,8 @@ func headerValueSize(v any) int {
 	return 64
 }
 
-// wait waits for the outcome of a publish to queue that send started.
-func (p *publisher) wait(ctx context.Context, queue string, confirmed <-chan error) error {
+// wait waits for the outcome of a publish to to that send started.
+func (p *publisher) wait(ctx context.Context, to route, confirmed <-chan error) error {
 	select {
 	case err := <-confirmed:
 		return err
@@ -252,8 +251,23 @@ func (p *publisher) wait(ctx context.Context, queue string, confirmed <-chan err
 		}
 	case <-ctx.Done():
 		// The owner still settles the tag; nobody waits for it.
-		return fmt.Errorf("rabbitmq: waiting for the confirm of a publish to %q: %w", queue, ctx.Err())
+		return fmt.Errorf("rabbitmq: waiting for the confirm of a publish to %s: %w", to, ctx.Err())
 	}
+}
+
+// route is where a publish goes: a queue, through the default exchange
+// (toQueue), or an exchange with a routing key (the delay levels).
+type route struct{ exchange, key string }
+
+// toQueue routes to queue through the default exchange.
+func toQueue(queue string) route { return route{key: queue} }
+
+// String is the queue's name, quoted, or the exchange's and the key's.
+func (r route) String() string {
+	if r.exchange == "" {
+		return strconv.Quote(r.key)
+	}
+	return fmt.Sprintf("exchange %q (routing key %q)", r.exchange, r.key)
 }
 
 // publishing is msg on the wire (ARCHITECTURE.md §1, "Wire format"):

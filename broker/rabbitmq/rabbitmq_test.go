@@ -18,3 +18,13 @@ func TestConformance(t *testing.T) {
 		Cleanup: func(t *testing.T, queues []string) { rabbittest.DeleteQueues(t, queues...) },
 	})
 }
+
+// The same on the quorum topology, on the one broker: work queues, their
+// dead-letter queues and lanes as quorum queues, waits in the delay levels.
+func TestConformanceQuorum(t *testing.T) {
+	brokertest.Run(t, brokertest.Config{
+		New:     func(t *testing.T) broker.Backend { return rabbittest.Dial(t, nil) },
+		Cleanup: func(t *testing.T, queues []string) { rabbittest.DeleteQueues(t, queues...) },
+		Type:    broker.Quorum,
+	})
+}
