@@ -229,6 +229,12 @@ func (dl *DeadLetters) walk(ctx context.Context, name string, f func(DeadLetter,
 		return false, err
 	}
 	more = n > ListLimit
+	quorum := q.qtype == broker.Quorum
+	if quorum {
+		// A quorum queue counts what a reader before gave back only once
+		// its log has applied it: read until the queue is quiet instead.
+		n = ListLimit
+	}
 	consume := dl.backend.Consume
 	if ex, ok := dl.backend.(broker.ExclusiveConsumer); ok {
 		consume = ex.ConsumeExclusive
@@ -255,6 +261,9 @@ func (dl *DeadLetters) walk(ctx context.Context, name string, f func(DeadLetter,
 		// consumers, a purge). Give up after a quiet spell, not at ctx's
 		// end, and say so rather than return part as if it were all.
 		idle := dl.clock.Timer(walkIdle)
+		if quorum {
+			idle.Reset(walkQuiet)
+		}
 		select {
 		case del, ok := <-c.Deliveries():
 			idle.Stop()
@@ -265,6 +274,9 @@ func (dl *DeadLetters) walk(ctx context.Context, name string, f func(DeadLetter,
 				return false, err
 			}
 		case <-idle.C:
+			if quorum {
+				return more, nil // quiet: all there is
+			}
 			return false, fmt.Errorf("%w: read %d of the %d dead letters of %q; the others went elsewhere (another reader, or a purge)", ErrInUse, read, n, name)
 		case <-ctx.Done():
 			idle.Stop()
@@ -276,6 +288,10 @@ func (dl *DeadLetters) walk(ctx context.Context, name string, f func(DeadLetter,
 
 // walkIdle is how long walk waits for the next dead letter it was told of.
 const walkIdle = 5 * time.Second
+
+// walkQuiet is how long walk waits for the next dead letter of a quorum
+// queue before it takes the queue for read to its end.
+const walkQuiet = 500 * time.Millisecond
 
 func readDeadLetter(m broker.Message, now time.Time) DeadLetter {
 	d := DeadLetter{Reason: m.Headers[broker.HeaderDeathReason], Body: m.Body, Headers: m.Headers}

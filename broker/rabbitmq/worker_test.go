@@ -519,6 +519,17 @@ func TestWorkerSuite(t *testing.T) {
 	})
 }
 
+// The same on the quorum topology, on the one broker.
+func TestWorkerSuiteQuorum(t *testing.T) {
+	workertest.Run(t, workertest.Config{
+		New: func(t *testing.T) broker.Backend {
+			return rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
+		},
+		Cleanup: deletePrefixed,
+		Type:    queuey.Quorum,
+	})
+}
+
 // TestFaultDeclaresDepthAndCloseDoNotWaitOutAnAlarm: a broker that blocks a
 // connection stops reading it, so a call that waits for the broker's
 // answer would wait for the alarm to clear. A hold that must declare its

@@ -21,7 +21,7 @@ import (
 // deferred job runs first, then the backlog.
 func pausedQueueWaits(e *env) {
 	t := e.t
-	const pause = 500 * time.Millisecond
+	const pause = time.Second // whole seconds: the quorum topology's step
 	first := e.enqueue(limitedJob{plan{Name: "first", Pause: pause}})
 	var backlog []string
 	for i := range 4 {

@@ -37,6 +37,8 @@ type Config struct {
 	// Cleanup, when set, deletes every queue whose name starts with
 	// prefix, on a real broker. It is called after the backend is closed.
 	Cleanup func(t *testing.T, prefix string)
+	// Type is the QueueSet's Type: the topology the suite runs on.
+	Type queuey.QueueType
 }
 
 // Run runs every test of the suite as a subtest of t.
@@ -167,6 +169,7 @@ func newEnv(t *testing.T, cfg Config) *env {
 		},
 		RetryGranularity: granularity,
 		DeferGranularity: granularity,
+		Type:             cfg.Type,
 	}
 	var err error
 	if e.producer, err = queuey.NewProducer(t.Context(), e.backend, e.set, nil); err != nil {
