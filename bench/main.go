@@ -50,6 +50,8 @@ type config struct {
 	settleN      int
 	count        int
 	scenarios    map[int]bool
+	quorum       []string // the cluster's URLs: libRig declares quorum queues there (scenario 9)
+	cluster      string
 }
 
 var discard = slog.New(slog.DiscardHandler)
@@ -74,8 +76,9 @@ func main() {
 	flag.IntVar(&cfg.memPrefetch, "mem-prefetch", 16, "queue prefetch on the memory backend (scenarios 5, 7)")
 	flag.IntVar(&cfg.settleN, "settle-n", 4000, "jobs per run of the settle scenario (8)")
 	flag.IntVar(&cfg.travelJobs, "travel-jobs", 10000, "jobs of the time-travel run (scenario 6)")
+	flag.StringVar(&cfg.cluster, "cluster", os.Getenv("QUEUEY_CLUSTER"), "comma-separated URLs of a RabbitMQ cluster's nodes (scenario 9; `make cluster` prints them)")
 	flag.IntVar(&cfg.count, "count", 1, "runs of each measurement; figures are medians")
-	flag.StringVar(&scen, "scenarios", "1,2,3,4,5,6,7,8", "comma-separated scenarios to run")
+	flag.StringVar(&scen, "scenarios", "1,2,3,4,5,6,7,8", "comma-separated scenarios to run (9, quorum queues on a cluster, on request)")
 	flag.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.StringVar(&memprofile, "memprofile", "", "write an allocation profile at the end to this file")
 	flag.Parse()
@@ -83,8 +86,8 @@ func main() {
 	cfg.scenarios = map[int]bool{}
 	for _, s := range strings.Split(scen, ",") {
 		i, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || i < 1 || i > 8 {
-			fmt.Fprintf(os.Stderr, "bench: bad scenario %q (want 1..8)\n", s)
+		if err != nil || i < 1 || i > 9 {
+			fmt.Fprintf(os.Stderr, "bench: bad scenario %q (want 1..9)\n", s)
 			os.Exit(2)
 		}
 		cfg.scenarios[i] = true
@@ -117,6 +120,7 @@ func main() {
 		{6, scenarioTimeTravel},
 		{7, scenarioScale},
 		{8, scenarioSettle},
+		{9, scenarioQuorum},
 	}
 	failed := false
 	for _, s := range steps {

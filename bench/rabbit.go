@@ -152,7 +152,7 @@ func deleteQueues(url string, names ...string) {
 }
 
 func libQueues(queue string) []string {
-	return []string{queue, broker.DeadQueueName(queue), broker.HoldQueueName(queue, time.Second)}
+	return []string{queue, broker.DeadQueueName(queue), broker.HoldQueueName(queue, time.Second), broker.LaneQueueName(queue)}
 }
 
 // libRig is queuey on RabbitMQ: a producer and a running worker whose
@@ -173,12 +173,16 @@ type libRig struct {
 }
 
 func newLibRig(ctx context.Context, cfg config, name string, hooks *queuey.Hooks, register func(*libRig) error) (*libRig, error) {
-	be, err := rabbitmq.Dial(ctx, cfg.amqpURL, &rabbitmq.Options{Logger: discard, PublishChannels: cfg.pubChannels})
+	urls, qtype := []string{cfg.amqpURL}, queuey.Classic
+	if len(cfg.quorum) > 0 {
+		urls, qtype = cfg.quorum, queuey.Quorum
+	}
+	be, err := rabbitmq.DialCluster(ctx, urls, &rabbitmq.Options{Logger: discard, PublishChannels: cfg.pubChannels})
 	if err != nil {
 		return nil, fmt.Errorf("this scenario needs RabbitMQ: %w", err)
 	}
 	prefix := unique(name)
-	set := queuey.QueueSet{Prefix: prefix, Queues: []queuey.Queue{{Name: "work", Prefetch: cfg.prefetch, MaxPriority: maxPriority}}}
+	set := queuey.QueueSet{Prefix: prefix, Type: qtype, Queues: []queuey.Queue{{Name: "work", Prefetch: cfg.prefetch, MaxPriority: maxPriority}}}
 	r := &libRig{cfg: cfg, be: be, queue: broker.QueueName(prefix, "work")}
 	r.pad = envelopePad(r.queue)
 	r.cur.Store(newLatencies(1)) // the warm-up job
@@ -492,6 +496,39 @@ func scenarioEndToEnd(cfg config) ([]row, error) {
 			ratio: ratioStr(ratios(libP99, rawP99).median()), spread: ratios(libP99, rawP99).spread()},
 		cpuRow(name, "broker CPU µs/job", libBroker, rawBroker, 1.1),
 		cpuRow(name, "Go CPU µs/job", libSelf, rawSelf, 1.3),
+	}, nil
+}
+
+// scenarioQuorum is scenario 9: scenario 1's queuey run on quorum queues
+// on a three-node cluster (-cluster), against classic queues on the one
+// broker, in turn in each round.
+func scenarioQuorum(cfg config) ([]row, error) {
+	if cfg.cluster == "" {
+		return nil, fmt.Errorf("scenario 9 needs a cluster: run `make cluster` and pass its URLs with -cluster or QUEUEY_CLUSTER")
+	}
+	quorum := cfg
+	quorum.quorum = strings.Split(cfg.cluster, ",")
+	quorum.amqpURL = quorum.quorum[0] // where its queues are deleted
+	ctx := context.Background()
+	var quorumRate, classicRate, quorumP99, classicP99 series
+	for round := range cfg.count {
+		var q, c e2e
+		err := inTurn(round,
+			func() (err error) { q, err = libEndToEnd(ctx, quorum); return wrap("quorum", err) },
+			func() (err error) { c, err = libEndToEnd(ctx, cfg); return wrap("classic", err) })
+		if err != nil {
+			return nil, err
+		}
+		quorumRate, classicRate = append(quorumRate, q.rate), append(classicRate, c.rate)
+		quorumP99, classicP99 = append(quorumP99, q.p99), append(classicP99, c.p99)
+	}
+	name := fmt.Sprintf("9 e2e quorum, 3 nodes / classic, 1 node, %d jobs", cfg.n)
+	rr := ratios(quorumRate, classicRate)
+	return []row{
+		{scenario: name, metric: "jobs/s", lib: rate(quorumRate.median()), base: rate(classicRate.median()),
+			ratio: ratioStr(rr.median()), spread: rr.spread()},
+		{scenario: name, metric: "publish→handle p99", lib: ms(quorumP99.median()), base: ms(classicP99.median()),
+			ratio: ratioStr(ratios(quorumP99, classicP99).median()), spread: ratios(quorumP99, classicP99).spread()},
 	}, nil
 }
 

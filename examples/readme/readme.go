@@ -98,6 +98,21 @@ func OnRabbitMQ(ctx context.Context) (*rabbitmq.Backend, error) {
 	return backend, nil // then the same NewProducer / NewWorker / Handle / Run; Close it at the end
 }
 
+// OnACluster connects to every node of a cluster and declares the set's
+// queues as quorum queues (README.md, "Past one broker").
+func OnACluster(ctx context.Context) (*queuey.Producer, error) {
+	backend, err := rabbitmq.DialCluster(ctx, []string{
+		"amqp://guest:guest@127.0.0.1:5701/",
+		"amqp://guest:guest@127.0.0.1:5702/",
+		"amqp://guest:guest@127.0.0.1:5703/",
+	}, nil)
+	if err != nil {
+		return nil, err // no node took the connection: each node's reason, without passwords
+	}
+	set := queuey.QueueSet{Prefix: "billing", Type: queuey.Quorum, Queues: []queuey.Queue{Slow}}
+	return queuey.NewProducer(ctx, backend, set, nil) // a worker on it the same way
+}
+
 // DeadLettersOfSlow lists Slow's dead letters, shows one and replays those
 // of kind call_api.
 func DeadLettersOfSlow(ctx context.Context, backend broker.Backend, id string) error {
