@@ -26,6 +26,7 @@ type queueActor struct {
 	stopping context.Context         // ends when the worker starts to stop
 	inFlight *atomic.Int32           // the deliveries it holds, for Worker.InFlight
 	ran      bool                    // a run before this one, which crashed: its consumer lost, most often (declareAgain)
+	away     bool                    // the queue's node was down at the last consume (ErrUnavailable)
 }
 
 // errConsumerLost reports a consumer that ended on its own.
@@ -41,7 +42,7 @@ var errStopTimedOut = errors.New("the worker's stop ran out of time (ShutdownTim
 const declareAgainTimeout = 10 * time.Second
 
 // inUseRetry is how long a queue actor waits to consume again a queue an
-// exclusive reader holds.
+// exclusive reader holds, or one whose node is down.
 const inUseRetry = time.Second
 
 // queueLoop is the state of one run of a queue actor. Only its goroutine
@@ -194,6 +195,10 @@ func (l *queueLoop) consume() error {
 	}
 	switch {
 	case err == nil:
+		if a.away {
+			a.w.log.Info("queue is back; consuming", "queue", a.q.broker)
+			a.away = false
+		}
 		l.consumer, l.in, l.draining, l.resumeAt = c, c.Deliveries(), false, time.Time{}
 		l.lease = &consumerLease{c: c}
 		l.holdBack = make(chan struct{})
@@ -207,6 +212,16 @@ func (l *queueLoop) consume() error {
 		// dead-letter queue this is: it lets go soon; no crash.
 		a.w.log.Warn("queue is held by an exclusive reader (a dead-letter List, Show or Replay); consuming again shortly",
 			"queue", a.q.broker, "retry_in", inUseRetry)
+		l.resumeAt = a.w.clock.Now().Add(inUseRetry)
+		return nil
+	case errors.Is(err, broker.ErrUnavailable):
+		// A classic queue on a node a cluster lost: its jobs are with
+		// the node. Said once, tried every inUseRetry, no crash (a
+		// supervisor would give the worker up after a few).
+		if !a.away {
+			a.w.log.Warn("queue is unavailable (its node is down); consuming again once it is back", "queue", a.q.broker, "error", err)
+			a.away = true
+		}
 		l.resumeAt = a.w.clock.Now().Add(inUseRetry)
 		return nil
 	case l.ended():

@@ -33,6 +33,10 @@ var (
 	ErrStaleDelivery = errors.New("queuey: delivery belongs to a consumer that has ended")
 	// ErrAlreadySettled: the delivery was acked, rejected or requeued before.
 	ErrAlreadySettled = errors.New("queuey: delivery was already settled")
+	// ErrUnavailable: the queue exists but cannot be used now: the node
+	// it lives on is down or out of reach (a classic queue on a node of a
+	// cluster that was lost). It comes back with its node.
+	ErrUnavailable = errors.New("queuey: the queue is unavailable: its node is down or unreachable")
 	// ErrInUse: a consumer that must be alone on its queue
 	// (ExclusiveConsumer) found another there, or found one there first
 	// (RabbitMQ's ACCESS_REFUSED).

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/queuey-go/queuey/broker"
@@ -27,7 +28,10 @@ var (
 	// the broker's *amqp.Error under it.)
 	// Retrying does not help; fix the URL.
 	ErrAccessRefused = errors.New("rabbitmq: access refused")
-	// ErrNacked: the broker nacked a publish (it could not take the message).
+	// ErrNacked: the broker nacked a publish (it could not take the
+	// message: a quorum queue electing a new leader, a queue that
+	// rejects publishes while full). A publish is tried again, with
+	// backoff, until its ctx ends; then this is the error.
 	ErrNacked = errors.New("rabbitmq: broker nacked the publish")
 	// ErrBlocked: the broker blocks publishes (a memory or disk alarm) and
 	// the call's ctx ended before it lifted.
@@ -230,7 +234,9 @@ func (b *Backend) Declare(ctx context.Context, specs ...broker.QueueSpec) error 
 // Publish puts msg on its queue and waits for the broker's confirm. While
 // the connection is down it waits for the next one, bounded by ctx; a
 // publish cut off by a lost connection is sent again, so a message may
-// arrive twice, never zero times once Publish returned nil.
+// arrive twice, never zero times once Publish returned nil. A publish the
+// broker nacks is sent again after a pause (50 ms, doubling up to 1 s)
+// until ctx ends: a quorum queue nacks while it elects a new leader.
 func (b *Backend) Publish(ctx context.Context, msg broker.Message) error {
 	return b.publish(ctx, b.routeOf(msg), publishing(msg, nil))
 }
@@ -245,6 +251,15 @@ func (b *Backend) PublishBatch(ctx context.Context, msgs []broker.Message, settl
 		todo[i] = i
 		routes[i] = b.routeOf(msgs[i])
 	}
+	var nacked []int
+	keepNacked := func(i int, err error) {
+		if errors.Is(err, ErrNacked) && ctx.Err() == nil {
+			nacked = append(nacked, i) // published again after a pause
+			return
+		}
+		settled(i, err)
+	}
+	pause := nackPause{clock: b.opts.Clock}
 	for len(todo) > 0 {
 		s, err := b.session(ctx)
 		if err == nil {
@@ -256,7 +271,35 @@ func (b *Backend) PublishBatch(ctx context.Context, msgs []broker.Message, settl
 			}
 			return
 		}
-		todo = s.publishBatch(ctx, msgs, routes, todo, settled)
+		todo = s.publishBatch(ctx, msgs, routes, todo, keepNacked)
+		if len(nacked) > 0 {
+			if err := pause.wait(ctx); err != nil {
+				err = fmt.Errorf("%w (published again until: %w)", ErrNacked, err)
+				for _, i := range nacked {
+					settled(i, err)
+				}
+				nacked = nil
+			}
+			todo, nacked = append(todo, nacked...), nil
+		}
+	}
+}
+
+// nackPause paces the publishes again of what the broker nacked: 50 ms,
+// doubling up to a second.
+type nackPause struct {
+	clock clock.Clock
+	next  time.Duration
+}
+
+// wait waits the next pause, or until ctx ends (its error).
+func (p *nackPause) wait(ctx context.Context) error {
+	p.next = min(max(2*p.next, 50*time.Millisecond), time.Second)
+	select {
+	case <-p.clock.After(p.next):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -393,14 +436,21 @@ func (b *Backend) DeadLetter(ctx context.Context, dl broker.DeadLetter) error {
 }
 
 func (b *Backend) publish(ctx context.Context, to route, pub amqp.Publishing) error {
+	pause := nackPause{clock: b.opts.Clock}
 	for {
 		s, err := b.session(ctx)
 		if err != nil {
 			return err
 		}
 		err = s.publish(ctx, to, pub)
-		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
+		switch {
+		case errors.Is(err, ErrConnectionLost) && ctx.Err() == nil:
 			continue // the next connection takes it
+		case errors.Is(err, ErrNacked) && ctx.Err() == nil:
+			if werr := pause.wait(ctx); werr != nil {
+				return fmt.Errorf("%w (published again until: %w)", err, werr)
+			}
+			continue
 		}
 		return err
 	}

@@ -894,7 +894,7 @@ func (s *session) inspect(ctx context.Context, queue string) (amqp.Queue, error)
 	})
 	var amqpErr *amqp.Error
 	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound {
-		return q, fmt.Errorf("%w: depth of %q", broker.ErrNoQueue, queue)
+		return q, fmt.Errorf("%w: depth of %q", notFound(amqpErr), queue)
 	}
 	if err != nil {
 		return q, lostOr(err)

@@ -99,11 +99,21 @@ func (s *session) consumeAll(ctx context.Context, queues []string, prefetches []
 	return cs, nil
 }
 
+// notFound is what a NOT_FOUND about a queue means: that its node is down
+// (broker.ErrUnavailable: a classic queue whose node a cluster lost), or
+// that it does not exist (broker.ErrNoQueue).
+func notFound(e *amqp.Error) error {
+	if strings.Contains(e.Reason, "is down or inaccessible") {
+		return broker.ErrUnavailable
+	}
+	return broker.ErrNoQueue
+}
+
 // consumeError says why a consume of queues failed.
 func consumeError(queues []string, err error) error {
 	var amqpErr *amqp.Error
 	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound {
-		return fmt.Errorf("%w: consume %q: %s", broker.ErrNoQueue, queues, amqpErr.Reason)
+		return fmt.Errorf("%w: consume %q: %s", notFound(amqpErr), queues, amqpErr.Reason)
 	}
 	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.AccessRefused && strings.Contains(amqpErr.Reason, "exclusive") {
 		return fmt.Errorf("%w: consume %q: %s", broker.ErrInUse, queues, amqpErr.Reason)

@@ -1,11 +1,15 @@
 package rabbitmq_test
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/rabbitmq"
@@ -43,5 +47,42 @@ func TestAPublishPastAMQPLimitsIsRefusedAndTheConnectionStays(t *testing.T) {
 	}
 	if n := lost.Load(); n != 0 {
 		t.Errorf("the connection was lost %d times, want 0", n)
+	}
+}
+
+// A publish the broker nacks (here a full queue that rejects publishes; a
+// quorum queue electing a leader does so too) is published again until
+// its ctx ends, and then fails with both ErrNacked and ctx's error; once
+// there is room, publishes go through. So is each message of a batch.
+func TestANackedPublishIsTriedAgainUntilItsCtxEnds(t *testing.T) {
+	b := rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
+	defer b.Close()
+	q := unique("nacked") + ".work"
+	ch := rawChannel(t)
+	if _, err := ch.QueueDeclare(q, false, false, false, false, amqp.Table{"x-max-length": int64(1), "x-overflow": "reject-publish"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rabbittest.DeleteQueues(t, q) })
+	msg := broker.Message{Queue: q, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
+	if err := b.Publish(t.Context(), msg); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if err := b.Publish(ctx, msg); !errors.Is(err, rabbitmq.ErrNacked) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("publish into a full queue: %v; want ErrNacked after its ctx ended", err)
+	}
+	ctx, cancel = context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	var batchErr error
+	b.PublishBatch(ctx, []broker.Message{msg}, func(_ int, err error) { batchErr = err })
+	if !errors.Is(batchErr, rabbitmq.ErrNacked) || !errors.Is(batchErr, context.DeadlineExceeded) {
+		t.Errorf("batch publish into a full queue: %v; want ErrNacked after its ctx ended", batchErr)
+	}
+	if _, err := ch.QueuePurge(q, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(t.Context(), msg); err != nil {
+		t.Errorf("publish once there is room: %v", err)
 	}
 }
