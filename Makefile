@@ -5,7 +5,8 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 .PHONY: test demo lint fmt cover bench chaos fuzz cluster cluster-stop
 
 ## test: the whole suite with the race detector (what CI runs), a short
-## fuzz of the envelope codec, then the fault tests
+## fuzz of the envelope codec, then the fault tests (one of them starts
+## the local cluster of `make cluster` and kills its nodes)
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...

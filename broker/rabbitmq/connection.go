@@ -859,6 +859,8 @@ func inequivalent(name, reason string) error {
 		hint = "set the Queue's MaxPriority to match, or NoPriorities for a queue without priorities"
 	case "x-message-ttl":
 		hint = "set the Queue's MessageTTL to match, or to 0 for a queue without one"
+	case "x-queue-type":
+		hint = "set the Queue's (or the QueueSet's) Type to match: Classic or Quorum; a queue cannot change type, so moving one means draining it into a new one"
 	default:
 		hint = "it was declared otherwise than queuey declares it, by another program or by hand"
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -233,5 +234,57 @@ func TestAJobHeldWhileItsWorkQueueIsGoneArrives(t *testing.T) {
 			}
 			t.Fatalf("%d of the %d jobs held while their work queue was gone arrived; missing: holds %v", len(got), n, missing)
 		}
+	}
+}
+
+// The quorum topology of ARCHITECTURE.md §1 ("Topologies"), read back
+// from the broker: quorum work, dead-letter and lane queues, and a
+// deferral of 30 s waiting in the delay level of 16 s, its highest bit.
+func TestQuorumTopologyReadBackFromTheBroker(t *testing.T) {
+	prefix := unique("quorumtopo")
+	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	b := rabbittest.Dial(t, nil)
+	defer b.Close()
+	set := queuey.QueueSet{Prefix: prefix, Type: queuey.Quorum, Queues: []queuey.Queue{{Name: "emails"}}}
+	p, err := queuey.NewProducer(t.Context(), b, set, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := listQueues(t, broker.DelayLevelName(4))[broker.DelayLevelName(4)].Messages
+	if _, err := p.Defer(t.Context(), topoJob{}, 29200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	emails := prefix + ".emails"
+	quorum := map[string]any{"x-queue-type": "quorum"}
+	want := map[string]queueInfo{
+		emails:            {Name: emails, Durable: true, Arguments: quorum},
+		emails + ".dead":  {Name: emails + ".dead", Durable: true, Arguments: quorum},
+		emails + ".first": {Name: emails + ".first", Durable: true, Arguments: quorum},
+	}
+	if diff := cmp.Diff(want, listQueues(t, prefix)); diff != "" {
+		t.Errorf("quorum topology on the broker differs (-want +got):\n%s", diff)
+	}
+	level := listQueues(t, broker.DelayLevelName(4))[broker.DelayLevelName(4)]
+	wantArgs := map[string]any{"x-queue-type": "quorum", "x-message-ttl": 16000.0, "x-dead-letter-exchange": broker.DelayLevelName(3),
+		"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
+	if diff := cmp.Diff(wantArgs, level.Arguments); diff != "" || level.Messages <= before {
+		t.Errorf("delay level 4: %d messages (%d before the deferral), arguments (-want +got):\n%s", level.Messages, before, diff)
+	}
+}
+
+// A queue declared classic and then quorum (or the other way) is refused
+// with PRECONDITION_FAILED, said with the fix.
+func TestChangingAQueuesTypeIsRefusedWithTheFix(t *testing.T) {
+	prefix := unique("retype")
+	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	b := rabbittest.Dial(t, nil)
+	defer b.Close()
+	q := prefix + ".work"
+	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	err := b.Declare(t.Context(), broker.QueueSpec{Name: q, Durable: true, Type: broker.Quorum})
+	if !errors.Is(err, broker.ErrPreconditionFailed) || !strings.Contains(err.Error(), "Type to match") {
+		t.Errorf("declaring a classic queue as quorum: %v; want ErrPreconditionFailed with the fix", err)
 	}
 }
