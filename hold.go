@@ -53,13 +53,26 @@ func (h holder) hold(ctx context.Context, msg broker.Message, d time.Duration, k
 	if err != nil {
 		return err
 	}
-	stampDue(&msg, h.clock.Now().Add(ttl))
+	due := ttl
+	if h.quorum(msg.Queue) {
+		due = broker.LevelsTTL(ttl) // what the delay levels wait
+	}
+	stampDue(&msg, h.clock.Now().Add(due))
 	if err := h.backend.Hold(ctx, msg, ttl); err != nil {
 		return err
 	}
 	h.log.Debug("job held", "kind", kind.String(), "job_id", msg.ID, "queue", msg.Queue,
-		"hold_queue", broker.HoldQueueName(msg.Queue, ttl), "delay", d)
+		"hold_queue", h.holdQueue(msg.Queue, ttl), "delay", d)
 	return nil
+}
+
+// holdQueue names where a wait of ttl for queue is: its hold queue, or on
+// a quorum queue the delay levels, with the whole seconds they wait.
+func (h holder) holdQueue(queue string, ttl time.Duration) string {
+	if h.quorum(queue) {
+		return broker.DelayPrefix + "* (" + broker.LevelsTTL(ttl).String() + ")"
+	}
+	return broker.HoldQueueName(queue, ttl)
 }
 
 // holdActor is the worker's hold actor: every retry and deferral of its
@@ -129,4 +142,11 @@ func (a *holdActor) ask(ctx context.Context, msg broker.Message, d time.Duration
 		return fmt.Errorf("hold for %s: %w", kind, err)
 	}
 	return nil
+}
+
+// quorum reports whether queue (a broker name) is a quorum queue of the
+// set.
+func (h holder) quorum(queue string) bool {
+	q := h.set.byBroker[queue]
+	return q != nil && q.qtype == broker.Quorum
 }
