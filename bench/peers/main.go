@@ -1,17 +1,20 @@
 // Command peers runs the same trivial job through queuey (RabbitMQ),
-// machinery (RabbitMQ) and asynq (Redis, without persistence and with an
+// machinery (RabbitMQ), asynq (Redis, without persistence and with an
 // append-only file fsynced every second, on a Redis it starts on port 6380
-// for the run), in one run, and prints jobs/s side by side, with the CPU
-// time per job of the server (beam.smp or redis-server, from /proc) and of
-// this process:
+// for the run) and river (PostgreSQL, in the database of -pg, which it
+// creates if missing and migrates up), in one run, and prints jobs/s side
+// by side, with the CPU time per job of the server (beam.smp, redis-server
+// or every postgres process, from /proc) and of this process:
 //
 //	cd bench/peers && go run . -n 20000 -count 3
 //
 // Every system gets the same load: n jobs with a ~256-byte payload,
 // enqueued by -publishers concurrent callers (each enqueue returns once the
 // broker has taken the job: a publisher confirm on RabbitMQ, a Redis reply
-// for asynq), while a worker with -concurrency handlers and a trivial
-// handler runs them. jobs/s is n over first enqueue to last handled.
+// for asynq, a committed transaction for river), while a worker with
+// -concurrency handlers and a trivial handler runs them. jobs/s is n over
+// first enqueue to last handled. river-insertmany is the exception, and
+// says so: river's bulk insert, batches of 1000 from one caller.
 // It lives in a module of its own so the library's go.mod stays free of
 // the peers' dependencies.
 package main
@@ -32,6 +35,7 @@ import (
 type benchConfig struct {
 	amqpURL     string
 	redisAddr   string
+	pgURL       string
 	n           int
 	publishers  int
 	concurrency int
@@ -40,7 +44,7 @@ type benchConfig struct {
 type system struct {
 	name   string
 	note   string
-	server string // the process whose CPU per job is reported: beam.smp or redis-server
+	server string // the processes whose CPU per job is reported: beam.smp, redis-server or postgres
 	run    func(benchConfig) (float64, error)
 }
 
@@ -50,11 +54,13 @@ func main() {
 	var only string
 	flag.StringVar(&cfg.amqpURL, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL (queuey, machinery)")
 	flag.StringVar(&cfg.redisAddr, "redis", "127.0.0.1:6379", "Redis address (asynq)")
+	flag.StringVar(&cfg.pgURL, "pg", "postgres://postgres@127.0.0.1:5432/queuey_peers?sslmode=disable",
+		"PostgreSQL URL (river); the database is created if missing")
 	flag.IntVar(&cfg.n, "n", 20000, "jobs per run")
 	flag.IntVar(&cfg.publishers, "publishers", 32, "concurrent enqueuing goroutines")
 	flag.IntVar(&cfg.concurrency, "concurrency", 10, "handlers at once (and prefetch on RabbitMQ)")
 	flag.IntVar(&count, "count", 1, "runs per system; the figure is the median")
-	flag.StringVar(&only, "systems", "queuey,machinery,asynq,asynq-aof", "comma-separated systems to run")
+	flag.StringVar(&only, "systems", "queuey,machinery,asynq,asynq-aof,river,river-insertmany", "comma-separated systems to run")
 	flag.Parse()
 
 	systems := []system{
@@ -62,6 +68,8 @@ func main() {
 		{"machinery v2", "RabbitMQ, confirms, persistent, acks after the task: durable", "beam.smp", runMachinery},
 		{"asynq", "Redis without persistence: not durable", "redis-server", runAsynq},
 		{"asynq-aof", "Redis, appendonly yes, appendfsync everysec: durable to the last second", "redis-server", runAsynqAOF},
+		{"river", "PostgreSQL, committed transactions: durable (one Insert per job; FetchCooldown 2ms, FetchPollInterval 20ms; InsertMany batches are faster: river-insertmany)", "postgres", runRiver},
+		{"river-insertmany", "PostgreSQL, committed transactions: durable (InsertMany, 1000 jobs a call from one caller: not the others' load)", "postgres", runRiverInsertMany},
 	}
 	fmt.Printf("peers: %s, GOMAXPROCS %d, n %d, %d publishers, concurrency %d, count %d\n",
 		runtime.Version(), runtime.GOMAXPROCS(0), cfg.n, cfg.publishers, cfg.concurrency, count)
@@ -72,6 +80,13 @@ func main() {
 	if slices.Contains(strings.Split(only, ","), "asynq-aof") {
 		var err error
 		if stopAOF, err = startAOFRedis(); err != nil {
+			fmt.Fprintln(os.Stderr, "peers:", err)
+			os.Exit(1)
+		}
+	}
+	if slices.ContainsFunc(strings.Split(only, ","), func(s string) bool { return strings.HasPrefix(s, "river") }) {
+		if err := setupRiver(cfg.pgURL); err != nil {
+			stopAOF()
 			fmt.Fprintln(os.Stderr, "peers:", err)
 			os.Exit(1)
 		}
