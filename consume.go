@@ -65,6 +65,7 @@ type queueLoop struct {
 	draining     bool                   // the consumer was stopped: for a pause or a suspect
 	holdBack     chan struct{}          // closed when a pause or a stop starts: tasks handed out and not started stay so
 	resumeAt     time.Time              // paused: when to consume again
+	retrying     bool                   // resumeAt is a consume to try again (ErrInUse, ErrUnavailable), not a pause's end
 	isolating    bool                   // suspects to run alone once drained (poison.go)
 	aloneRunning bool                   // the pool is running one
 	offered      int                    // the retry nextTask offered, or -1
@@ -199,7 +200,7 @@ func (l *queueLoop) consume() error {
 			a.w.log.Info("queue is back; consuming", "queue", a.q.broker)
 			a.away = false
 		}
-		l.consumer, l.in, l.draining, l.resumeAt = c, c.Deliveries(), false, time.Time{}
+		l.consumer, l.in, l.draining, l.resumeAt, l.retrying = c, c.Deliveries(), false, time.Time{}, false
 		l.lease = &consumerLease{c: c}
 		l.holdBack = make(chan struct{})
 		l.lookForSuspects()
@@ -212,7 +213,7 @@ func (l *queueLoop) consume() error {
 		// dead-letter queue this is: it lets go soon; no crash.
 		a.w.log.Warn("queue is held by an exclusive reader (a dead-letter List, Show or Replay); consuming again shortly",
 			"queue", a.q.broker, "retry_in", inUseRetry)
-		l.resumeAt = a.w.clock.Now().Add(inUseRetry)
+		l.resumeAt, l.retrying = a.w.clock.Now().Add(inUseRetry), true
 		return nil
 	case errors.Is(err, broker.ErrUnavailable):
 		// A classic queue on a node a cluster lost: its jobs are with
@@ -222,7 +223,7 @@ func (l *queueLoop) consume() error {
 			a.w.log.Warn("queue is unavailable (its node is down); consuming again once it is back", "queue", a.q.broker, "error", err)
 			a.away = true
 		}
-		l.resumeAt = a.w.clock.Now().Add(inUseRetry)
+		l.resumeAt, l.retrying = a.w.clock.Now().Add(inUseRetry), true
 		return nil
 	case l.ended():
 		return nil
@@ -378,7 +379,7 @@ func (l *queueLoop) taskDone(r report) bool {
 // resumes once the pause is over (PauseQueue).
 func (l *queueLoop) pause(until time.Time) {
 	if until.After(l.resumeAt) {
-		l.resumeAt = until
+		l.resumeAt, l.retrying = until, false
 	}
 	l.isolating = false // the suspects are looked for when it consumes again
 	l.stopConsumer()    // first, or what is given back comes straight back
@@ -434,7 +435,9 @@ func (l *queueLoop) afterEvent() error {
 func (l *queueLoop) woke() {
 	l.timerAt = time.Time{}
 	if l.consumer == nil && !l.resumeAt.IsZero() && !l.resumeAt.After(l.w.clock.Now()) {
-		l.w.log.Info("queue resumed", "queue", l.q.broker)
+		if !l.retrying {
+			l.w.log.Info("queue resumed", "queue", l.q.broker)
+		}
 		if err := l.consume(); err != nil {
 			l.w.log.Error("could not consume again after a pause", "queue", l.q.broker, "error", err)
 			l.resumeAt = l.w.clock.Now().Add(inUseRetry)

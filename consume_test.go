@@ -57,5 +57,8 @@ func TestAQueueWhoseNodeIsDownIsConsumedOnceItIsBack(t *testing.T) {
 		if n := logs.count("queue is unavailable (its node is down); consuming again once it is back", slog.LevelWarn); n != 1 {
 			t.Errorf("the queue's node being down was said %d times, want once", n)
 		}
+		if n := logs.count("queue resumed", slog.LevelInfo); n != 0 {
+			t.Errorf("%d times \"queue resumed\" while no pause ended, want none", n)
+		}
 	})
 }

@@ -254,12 +254,11 @@ func (b *Backend) PublishBatch(ctx context.Context, msgs []broker.Message, settl
 	var nacked []int
 	keepNacked := func(i int, err error) {
 		if errors.Is(err, ErrNacked) && ctx.Err() == nil {
-			nacked = append(nacked, i) // published again after a pause
+			nacked = append(nacked, i) // published again below, each alone
 			return
 		}
 		settled(i, err)
 	}
-	pause := nackPause{clock: b.opts.Clock}
 	for len(todo) > 0 {
 		s, err := b.session(ctx)
 		if err == nil {
@@ -269,19 +268,12 @@ func (b *Backend) PublishBatch(ctx context.Context, msgs []broker.Message, settl
 			for _, i := range todo {
 				settled(i, err)
 			}
-			return
+			break
 		}
 		todo = s.publishBatch(ctx, msgs, routes, todo, keepNacked)
-		if len(nacked) > 0 {
-			if err := pause.wait(ctx); err != nil {
-				err = fmt.Errorf("%w (published again until: %w)", ErrNacked, err)
-				for _, i := range nacked {
-					settled(i, err)
-				}
-				nacked = nil
-			}
-			todo, nacked = append(todo, nacked...), nil
-		}
+	}
+	for _, i := range nacked {
+		settled(i, b.publishNacked(ctx, routes[i], publishing(msgs[i], nil)))
 	}
 }
 
@@ -436,23 +428,47 @@ func (b *Backend) DeadLetter(ctx context.Context, dl broker.DeadLetter) error {
 }
 
 func (b *Backend) publish(ctx context.Context, to route, pub amqp.Publishing) error {
-	pause := nackPause{clock: b.opts.Clock}
+	err := b.publishOn(ctx, to, pub, false)
+	if errors.Is(err, ErrNacked) && ctx.Err() == nil {
+		return b.publishNacked(ctx, to, pub)
+	}
+	return err
+}
+
+// publishOn publishes through the next live connection, on the pool's
+// channels or, alone, on a channel of its own.
+func (b *Backend) publishOn(ctx context.Context, to route, pub amqp.Publishing, alone bool) error {
 	for {
 		s, err := b.session(ctx)
 		if err != nil {
 			return err
 		}
-		err = s.publish(ctx, to, pub)
-		switch {
-		case errors.Is(err, ErrConnectionLost) && ctx.Err() == nil:
+		if alone {
+			err = s.publishAlone(ctx, to, pub)
+		} else {
+			err = s.publish(ctx, to, pub)
+		}
+		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
 			continue // the next connection takes it
-		case errors.Is(err, ErrNacked) && ctx.Err() == nil:
-			if werr := pause.wait(ctx); werr != nil {
-				return fmt.Errorf("%w (published again until: %w)", err, werr)
-			}
-			continue
 		}
 		return err
+	}
+}
+
+// publishNacked publishes again what the broker nacked, after a pause
+// (nackPause), each time on a channel of its own, until it is confirmed
+// or ctx ends: a quorum queue that has just elected a leader was seen to
+// go on nacking the channels that published while it had none.
+func (b *Backend) publishNacked(ctx context.Context, to route, pub amqp.Publishing) error {
+	pause := nackPause{clock: b.opts.Clock}
+	for {
+		if err := pause.wait(ctx); err != nil {
+			return fmt.Errorf("%w (published again until: %w)", ErrNacked, err)
+		}
+		err := b.publishOn(ctx, to, pub, true)
+		if !errors.Is(err, ErrNacked) || ctx.Err() != nil {
+			return err
+		}
 	}
 }
 

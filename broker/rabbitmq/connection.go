@@ -310,7 +310,11 @@ func (a *connectionActor) Run(ctx context.Context) error {
 	}
 	b.mu.Unlock()
 	if len(specs) > 0 {
-		if err := s.declareAll(ctx, specs); err != nil {
+		err := s.declareAll(ctx, specs)
+		switch {
+		case errors.Is(err, broker.ErrUnavailable):
+			b.opts.Logger.Warn("rabbitmq: after a reconnect, queues whose node is down were not declared again; they come back with it", "error", err)
+		case err != nil:
 			b.opts.Logger.Error("rabbitmq: redeclaring the topology after a reconnect failed", "error", err)
 		}
 	}
@@ -831,6 +835,9 @@ func (s *session) onDeclCh(ctx context.Context, what, name string, call func(*am
 	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.PreconditionFailed {
 		return inequivalent(name, amqpErr.Reason)
 	}
+	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound && errors.Is(notFound(amqpErr), broker.ErrUnavailable) {
+		return fmt.Errorf("%w: %s %q: %s", broker.ErrUnavailable, what, name, amqpErr.Reason)
+	}
 	if err != nil {
 		return lostOr(err)
 	}
@@ -904,13 +911,21 @@ func (s *session) inspect(ctx context.Context, queue string) (amqp.Queue, error)
 	return q, nil
 }
 
+// declareAll declares specs in turn. A queue whose node is down
+// (broker.ErrUnavailable) does not keep the others from being declared:
+// its error is joined to the rest.
 func (s *session) declareAll(ctx context.Context, specs []broker.QueueSpec) error {
+	var away []error
 	for _, spec := range specs {
-		if err := s.declareSpec(ctx, spec); err != nil {
+		err := s.declareSpec(ctx, spec)
+		switch {
+		case errors.Is(err, broker.ErrUnavailable):
+			away = append(away, err)
+		case err != nil:
 			return err
 		}
 	}
-	return nil
+	return errors.Join(away...)
 }
 
 // lostOr reports a closed connection or channel as ErrConnectionLost and
