@@ -52,7 +52,9 @@ type scheduleActor struct {
 // ends: a worker that stops gives the lead (and the state it holds) back
 // to the broker.
 func (a *scheduleActor) Run(ctx context.Context) error {
-	spec := broker.QueueSpec{Name: a.s.state, Durable: true, Plain: true, SingleActiveConsumer: true}
+	// The state queue is of its job's queue's type: on a cluster, a quorum
+	// one outlives the node it was declared on.
+	spec := broker.QueueSpec{Name: a.s.state, Durable: true, Plain: true, SingleActiveConsumer: true, Type: a.s.q.qtype}
 	if err := a.w.backend.Declare(ctx, spec, a.s.q.spec()); err != nil {
 		return fmt.Errorf("schedule %q: declare its state queue and its job's queue: %w", a.s.Name, err)
 	}

@@ -914,3 +914,55 @@ func consumeChannels(t *testing.T, name string) int {
 	t.Fatalf("no connection named %q (consume)", name)
 	return 0
 }
+
+type tickJob struct{}
+
+func (tickJob) Kind() string        { return "tick" }
+func (tickJob) Queue() queuey.Queue { return queuey.Queue{Name: "ticks"} }
+
+// A schedule of a quorum queue set fires on the broker and keeps its
+// state on a quorum queue, which outlives the node it was declared on.
+func TestAScheduleOfAQuorumSetKeepsItsStateOnAQuorumQueue(t *testing.T) {
+	prefix := unique("qsched")
+	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	b := rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
+	defer b.Close()
+	set := queuey.QueueSet{Prefix: prefix, Type: queuey.Quorum, Queues: []queuey.Queue{{Name: "ticks"}}}
+	w, err := queuey.NewWorker(b, set, &queuey.WorkerConfig{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticks := make(chan struct{}, 16)
+	if err := queuey.Handle(w, func(context.Context, tickJob, queuey.JobContext) error { ticks <- struct{}{}; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.AddSchedule(queuey.Schedule{Name: "every-second", Job: tickJob{}, Every: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	for i := range 2 {
+		select {
+		case <-ticks:
+		case <-time.After(10 * time.Second):
+			t.Errorf("tick %d did not run within 10 s", i+1)
+		}
+	}
+	stop()
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	var states int
+	for name, q := range listQueues(t, prefix) {
+		if strings.Contains(name, ".schedule.") {
+			states++
+			if q.Arguments["x-queue-type"] != "quorum" || q.Arguments["x-single-active-consumer"] != true {
+				t.Errorf("state queue %s: arguments %v, want a quorum queue with a single active consumer", name, q.Arguments)
+			}
+		}
+	}
+	if states != 1 {
+		t.Errorf("%d state queues, want 1", states)
+	}
+}
