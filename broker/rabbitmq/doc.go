@@ -9,6 +9,14 @@
 // broker confirmed it; a message the broker returned as unroutable is an
 // error, never a success.
 //
+// On the quorum topology (broker.Quorum; ARCHITECTURE.md §1,
+// "Topologies") <q>, <q>.dead and the lane <q>.first are quorum queues,
+// a message with a priority lands on the lane, Consume reads the lane
+// before the backlog within one prefetch (laned.go), and every wait goes
+// through the shared delay levels queuey.delay.00 to .21 (quorum.go).
+// DialCluster takes a URL per node of a cluster and fails over between
+// them.
+//
 // The backend owns up to two connections: one that publishes and declares,
 // opened by Dial, and one for the consumers, opened by the first Consume.
 // Kept apart, a broker alarm (which blocks a connection once it publishes,
