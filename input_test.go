@@ -38,6 +38,10 @@ func TestInvalidQueueSetsAreRefused(t *testing.T) {
 		{"negative timeout", queuey.QueueSet{Queues: []queuey.Queue{{Name: "a", JobTimeout: -time.Second}}}, queuey.ErrInvalidQueue},
 		{"negative granularity", queuey.QueueSet{RetryGranularity: -1, Queues: []queuey.Queue{{Name: "a"}}}, queuey.ErrInvalidQueue},
 		{"negative attempts", queuey.QueueSet{Queues: []queuey.Queue{{Name: "a", Retry: &queuey.RetryPolicy{MaxAttempts: -1}}}}, queuey.ErrInvalidQueue},
+		{"a transient quorum queue", queuey.QueueSet{Type: queuey.Quorum, Queues: []queuey.Queue{{Name: "a", Transient: true}}}, queuey.ErrInvalidQueue},
+		{"a queue type that is none", queuey.QueueSet{Queues: []queuey.Queue{{Name: "a", Type: 7}}}, queuey.ErrInvalidQueue},
+		{"a quorum name too long for its delay key", queuey.QueueSet{Queues: []queuey.Queue{{Name: long[:206], Type: queuey.Quorum}}}, queuey.ErrInvalidName},
+		{"a quorum name with a wildcard word", queuey.QueueSet{Type: queuey.Quorum, Queues: []queuey.Queue{{Name: "a.#"}}}, queuey.ErrInvalidName},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := memory.New(nil)
