@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -325,13 +326,13 @@ func (q *queue) level(p uint8) int { return int(min(p, q.top)) }
 // MaxPriority; on a quorum queue, 1 if it has a lane (what lands there
 // comes first) and 0 if not, as on RabbitMQ.
 func topPriority(s broker.QueueSpec) uint8 {
-	if s.Type == broker.Quorum && (s.Plain || s.MaxPriority == 0) {
+	switch {
+	case s.Type != broker.Quorum:
+		return s.MaxPriority
+	case s.Plain || s.MaxPriority == 0:
 		return 0
 	}
-	if s.Type == broker.Quorum {
-		return 1
-	}
-	return s.MaxPriority
+	return 1
 }
 
 // returnLocked puts a message that was delivered but not settled back in
@@ -582,11 +583,7 @@ func (c *consumer) endLocked(err error) {
 	if c.b.closed {
 		return
 	}
-	back := make([]*delivery, 0, len(c.unacked))
-	for _, d := range c.unacked {
-		back = append(back, d)
-	}
-	slices.SortFunc(back, func(a, b *delivery) int { return cmp.Compare(a.tag, b.tag) }) // as delivered
+	back := slices.SortedFunc(maps.Values(c.unacked), func(a, b *delivery) int { return cmp.Compare(a.tag, b.tag) }) // as delivered
 	for _, d := range back {
 		c.q.returnLocked(d.s)
 	}

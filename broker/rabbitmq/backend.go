@@ -243,7 +243,8 @@ func (b *Backend) Publish(ctx context.Context, msg broker.Message) error {
 
 // PublishBatch publishes msgs on one channel with up to 256 confirms in
 // flight (see broker.BatchPublisher). A message whose confirm was lost with
-// the connection is published again on the next one, as Publish does.
+// the connection is published again on the next one, and one the broker
+// nacked is published again alone until ctx ends, as Publish does.
 func (b *Backend) PublishBatch(ctx context.Context, msgs []broker.Message, settled func(i int, err error)) {
 	todo := make([]int, len(msgs))
 	routes := make([]route, len(msgs))

@@ -289,3 +289,36 @@ func TestChangingAQueuesTypeIsRefusedWithTheFix(t *testing.T) {
 		t.Errorf("declaring a classic queue as quorum: %v; want ErrPreconditionFailed with the fix", err)
 	}
 }
+
+// A delay level deleted behind the backend's back (its queue, by hand) is
+// declared again by the next hold into it, and the held job arrives.
+func TestADeletedDelayLevelIsDeclaredAgain(t *testing.T) {
+	b := rabbittest.Dial(t, nil)
+	defer b.Close()
+	q := unique("levelgone") + ".work"
+	spec := broker.QueueSpec{Name: q, Durable: true, Type: broker.Quorum}
+	if err := b.Declare(t.Context(), spec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rabbittest.DeleteQueues(t, q, broker.DeadQueueName(q)) })
+	if _, err := rawChannel(t).QueueDelete(broker.DelayLevelName(0), false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	msg := broker.Message{Queue: q, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
+	if err := b.Hold(t.Context(), msg, time.Second); err != nil { // level 0 alone
+		t.Fatalf("hold with delay level 0 gone: %v", err)
+	}
+	c, err := b.Consume(t.Context(), q, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Cancel()
+	select {
+	case d := <-c.Deliveries():
+		if d.Message().ID != msg.ID {
+			t.Errorf("got %s, want the held job", d.Message().ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held job did not arrive within 10 s")
+	}
+}
