@@ -47,13 +47,21 @@ const (
 	// of seconds up to 2^22-1 (48 days), past MaxHoldMs.
 	DelayLevels = 22
 	// DelayPrefix names the delay levels' exchanges and queues
-	// ("queuey.delay.00" to "queuey.delay.21") and the exchange that
-	// delivers what has waited ("queuey.delay.deliver"). They are shared
-	// by every quorum queue of a virtual host.
-	DelayPrefix = "queuey.delay."
+	// ("queuey.wait.00" to "queuey.wait.21"), the exchange that delivers
+	// what has waited ("queuey.wait.deliver") and the orphans' exchange and
+	// queue ("queuey.wait.orphans"). They are shared by every quorum queue
+	// of a virtual host.
+	DelayPrefix = "queuey.wait."
 	// DelayDeliverExchange routes a message that has waited out every
 	// level to its work queue or lane, by the routing key's last words.
+	// What it cannot route goes to its alternate exchange, DelayOrphans.
 	DelayDeliverExchange = DelayPrefix + "deliver"
+	// DelayOrphans names the fanout exchange and the quorum queue that
+	// keep what waited for a queue that is gone (deleted while its jobs
+	// waited). A level's dead-letter worker holds what it cannot route and
+	// tries it again, and 32 such messages would stall the level for every
+	// queue; here they go on, and an operator can read them.
+	DelayOrphans = DelayPrefix + "orphans"
 )
 
 // ErrNotReplicable: a queue the quorum topology cannot declare (a
@@ -68,7 +76,7 @@ const delayKeyBytes = 2 * DelayLevels
 func LaneQueueName(queue string) string { return queue + LaneSuffix }
 
 // DelayLevelName is the name of level n's exchange and queue:
-// "queuey.delay.NN".
+// "queuey.wait.NN".
 func DelayLevelName(n int) string { return fmt.Sprintf("%s%02d", DelayPrefix, n) }
 
 // delayNext is where level n's queue dead-letters what has waited: the
@@ -97,6 +105,12 @@ func DelayLevelArgs(n int) map[string]any {
 		"x-dead-letter-strategy": "at-least-once",
 		"x-overflow":             "reject-publish",
 	}
+}
+
+// DelayDeliverArgs are the declare arguments of DelayDeliverExchange: its
+// alternate exchange, DelayOrphans.
+func DelayDeliverArgs() map[string]any {
+	return map[string]any{"alternate-exchange": DelayOrphans}
 }
 
 // DelayLevelBindings are level n's exchange's two bindings: the pattern

@@ -163,8 +163,18 @@ make_cookie() {
 	chmod 400 "$cookie"
 }
 
+# How long, in ms, a quorum queue's at-least-once dead-letter worker waits
+# before it publishes again what a target queue refused. RabbitMQ's default
+# is 180000. A delay level whose message is refused by a lane or work queue
+# that is electing a leader (its node was just killed) holds that message,
+# and the 31 behind it, until then: deferrals come back minutes late.
+# A refusal is final, so publishing again sooner adds no duplicate.
+DLX_RETRY_MS=5000
+
 # Config for node N: its own listener, no plugins (so no management
-# port), and a low free-disk limit so that a small disk raises no alarm.
+# port), a low free-disk limit so that a small disk raises no alarm, and
+# the dead-letter worker's retry (DLX_RETRY_MS), which only the advanced
+# config file can set.
 write_node_config() {
 	local n=$1 dir
 	dir=$(node_dir "$n")
@@ -176,6 +186,25 @@ write_node_config() {
 		disk_free_limit.absolute = 50MB
 	EOF
 	echo "[]." >"$dir/enabled_plugins"
+	echo "[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, $DLX_RETRY_MS}]}]." >"$dir/advanced.config"
+}
+
+# Whether node N runs with this script's dead-letter worker retry.
+dlx_retry_ok() {
+	[[ $(ctl "$1" -q eval 'application:get_env(rabbit, dead_letter_worker_publisher_confirm_timeout).') == "{ok,$DLX_RETRY_MS}" ]]
+}
+
+# Nodes left running by an older version of this script may lack its
+# settings: the cluster is stopped, to start again with them.
+stop_stale_nodes() {
+	local n
+	for n in "${NODES[@]}"; do
+		is_alive "$n" || continue
+		dlx_retry_ok "$n" && continue
+		log "$(node_name "$n") runs without this script's settings; restarting the cluster"
+		cmd_stop
+		return 0
+	done
 }
 
 prepare_dirs() {
@@ -263,6 +292,7 @@ set_urls() {
 # last saw, so starting them one by one could stall.
 cmd_start() {
 	prepare_dirs
+	stop_stale_nodes
 	local n started=()
 	for n in "${NODES[@]}"; do
 		is_alive "$n" && continue

@@ -13,7 +13,7 @@
 // "Topologies") <q>, <q>.dead and the lane <q>.first are quorum queues,
 // a message with a priority lands on the lane, Consume reads the lane
 // before the backlog within one prefetch (laned.go), and every wait goes
-// through the shared delay levels queuey.delay.00 to .21 (quorum.go).
+// through the shared delay levels queuey.wait.00 to .21 (quorum.go).
 // DialCluster takes a URL per node of a cluster and fails over between
 // them.
 //

@@ -82,13 +82,17 @@ func (s *session) declareSpec(ctx context.Context, spec broker.QueueSpec) error 
 }
 
 // declareDelays declares the delay levels, once per connection: the
-// delivering exchange, then each level's exchange, queue and bindings,
-// from the lowest up, so that what a level passes on has somewhere to go.
+// orphans' exchange and queue, the delivering exchange, then each level's
+// exchange, queue and bindings, from the lowest up, so that what a level
+// passes on has somewhere to go.
 func (s *session) declareDelays(ctx context.Context) error {
 	if s.delaysDeclared.Load() {
 		return nil
 	}
-	if err := s.declareExchange(ctx, broker.DelayDeliverExchange); err != nil {
+	if err := s.declareOrphans(ctx); err != nil {
+		return err
+	}
+	if err := s.declareExchange(ctx, broker.DelayDeliverExchange, amqp.ExchangeTopic, table(broker.DelayDeliverArgs())); err != nil {
 		return err
 	}
 	for n := range broker.DelayLevels {
@@ -98,7 +102,7 @@ func (s *session) declareDelays(ctx context.Context) error {
 		if n > 0 {
 			next = broker.DelayLevelName(n - 1)
 		}
-		err := s.declareExchange(ctx, name)
+		err := s.declareExchange(ctx, name, amqp.ExchangeTopic, nil)
 		if err == nil {
 			err = s.declare(ctx, name, true, table(broker.DelayLevelArgs(n)))
 		}
@@ -116,10 +120,28 @@ func (s *session) declareDelays(ctx context.Context) error {
 	return nil
 }
 
-// declareExchange declares a durable topic exchange.
-func (s *session) declareExchange(ctx context.Context, name string) error {
+// declareOrphans declares where the delivering exchange sends what it
+// cannot route: a fanout exchange and a quorum queue bound to it, both
+// named broker.DelayOrphans.
+func (s *session) declareOrphans(ctx context.Context) error {
+	name := broker.DelayOrphans
+	err := s.declareExchange(ctx, name, amqp.ExchangeFanout, nil)
+	if err == nil {
+		err = s.declare(ctx, name, true, amqp.Table{"x-queue-type": "quorum"})
+	}
+	if err == nil {
+		err = s.bindQueue(ctx, name, "", name)
+	}
+	if err != nil {
+		return fmt.Errorf("rabbitmq: declaring the delay levels' orphans: %w", err)
+	}
+	return nil
+}
+
+// declareExchange declares a durable exchange of kind with args.
+func (s *session) declareExchange(ctx context.Context, name, kind string, args amqp.Table) error {
 	return s.onDeclCh(ctx, "declare exchange", name, func(ch *amqp.Channel) error {
-		return ch.ExchangeDeclare(name, amqp.ExchangeTopic, true, false, false, false, nil)
+		return ch.ExchangeDeclare(name, kind, true, false, false, false, args)
 	})
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -321,4 +323,79 @@ func TestADeletedDelayLevelIsDeclaredAgain(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the held job did not arrive within 10 s")
 	}
+}
+
+// Jobs that wait for a quorum queue deleted meanwhile go to the orphans'
+// queue when their wait ends, and the level they left from goes on
+// serving other queues. (Before, a level's dead-letter worker held each
+// of them, unroutable, and with 32 held it took nothing more: every wait
+// through that level, for every queue, was stuck for good.)
+func TestWaitsForADeletedQueueGoToTheOrphansAndTheLevelGoesOn(t *testing.T) {
+	b := rabbittest.Dial(t, nil)
+	defer b.Close()
+	gone, alive := unique("orphaned")+".work", unique("alive")+".work"
+	for _, q := range []string{gone, alive} {
+		if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, Durable: true, Type: broker.Quorum}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rabbittest.DeleteQueues(t, q, broker.DeadQueueName(q)) })
+	}
+	const orphans, wait = 40, 2 * time.Second // more than the worker's 32; level 1 alone
+	ids := map[string]bool{}
+	for range orphans {
+		msg := broker.Message{Queue: gone, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
+		if err := b.Hold(t.Context(), msg, wait); err != nil {
+			t.Fatal(err)
+		}
+		ids[msg.ID] = true
+	}
+	rabbittest.DeleteQueues(t, gone, broker.DeadQueueName(gone))
+	want := broker.Message{Queue: alive, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
+	if err := b.Hold(t.Context(), want, wait); err != nil {
+		t.Fatal(err)
+	}
+	c, err := b.Consume(t.Context(), alive, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Cancel()
+	select {
+	case d := <-c.Deliveries():
+		if d.Message().ID != want.ID {
+			t.Errorf("got %s, want the held job", d.Message().ID)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("a job held 2 s behind 40 jobs for a deleted queue did not arrive within 15 s")
+	}
+	if missing := takeOrphans(t, ids); len(missing) > 0 {
+		t.Errorf("%d of the %d jobs waiting for the deleted queue are not among the orphans: %v", len(missing), orphans, missing)
+	}
+}
+
+// takeOrphans reads the orphans' queue until every job of ids was taken
+// (acked), or for 10 s; others' orphans are put back. It returns the ids
+// not found.
+func takeOrphans(t *testing.T, ids map[string]bool) []string {
+	t.Helper()
+	ch := rawChannel(t)
+	deliveries, err := ch.Consume(broker.DelayOrphans, "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := maps.Clone(ids)
+	deadline := time.After(10 * time.Second)
+	for len(left) > 0 {
+		select {
+		case d := <-deliveries:
+			if left[d.MessageId] {
+				delete(left, d.MessageId)
+				_ = d.Ack(false)
+			} else {
+				_ = d.Nack(false, true)
+			}
+		case <-deadline:
+			return slices.Sorted(maps.Keys(left))
+		}
+	}
+	return nil
 }
