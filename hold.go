@@ -144,6 +144,23 @@ func (a *holdActor) ask(ctx context.Context, msg broker.Message, d time.Duration
 	return nil
 }
 
+// laneLanding is how much longer than its wait a pause on a quorum queue
+// lasts: the last delay level hands the job to the lane some time after
+// it is due (0.1 to 0.25 s on a loaded three-node cluster, RELIABILITY.md),
+// and a backlog taken up before the job lands would run first.
+const laneLanding = 500 * time.Millisecond
+
+// pauseFor is how long a PauseQueue of d pauses queue (a broker name):
+// until its job is back. On a quorum queue that is the delay levels' whole
+// seconds, and laneLanding more.
+func (s *queueSet) pauseFor(queue string, d time.Duration) time.Duration {
+	ttl, _ := broker.HoldTTL(d, s.deferGranularity)
+	if q := s.byBroker[queue]; q != nil && q.qtype == broker.Quorum {
+		return broker.LevelsTTL(ttl) + laneLanding
+	}
+	return ttl
+}
+
 // quorum reports whether queue (a broker name) is a quorum queue of the
 // set.
 func (h holder) quorum(queue string) bool {

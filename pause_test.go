@@ -161,3 +161,29 @@ func TestAPauseLetsTheRunningHandlersFinish(t *testing.T) {
 		}
 	})
 }
+
+// On a quorum queue a pause lasts until its job is back: the delay levels
+// wait whole seconds, so a pause of 1.5 s holds the job 2 s, and the
+// queue resumes only after that (and a moment more, for the last level to
+// hand the job to the lane), with the job first.
+func TestAPauseOnAQuorumQueueLastsUntilItsJobIsBack(t *testing.T) {
+	q := queuey.Queue{Name: "p", Prefetch: 2}
+	set := queuey.QueueSet{Prefix: "qpause", Type: queuey.Quorum, Queues: []queuey.Queue{q}}
+	clocktest.Run(t, set, &clocktest.Options{Worker: queuey.WorkerConfig{Concurrency: 1}}, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j pJob, jc queuey.JobContext) error {
+			if j.Name == "limited" && jc.Deferrals == 0 {
+				return queuey.PauseQueue(1500*time.Millisecond, "429")
+			}
+			return nil
+		}))
+		limited := mustID(t)(h.Producer.Enqueue(t.Context(), pJob{named("limited")}))
+		h.Advance(100 * time.Millisecond)
+		waiting := mustID(t)(h.Producer.Enqueue(t.Context(), pJob{named("waiting")}))
+		h.Advance(1900 * time.Millisecond) // 2 s in: the job is back, the queue still paused
+		if runs := h.Log.Of(waiting); len(runs) != 0 {
+			t.Fatalf("the backlog ran at %v, before the paused job was back", runs[0].At)
+		}
+		h.Advance(time.Second)
+		wantOrder(t, h, limited, limited, waiting)
+	})
+}

@@ -266,8 +266,7 @@ func (w *Worker) holdNext(s *settlement) error {
 	if err != nil || !s.pausing {
 		return err
 	}
-	ttl, _ := broker.HoldTTL(s.delay, w.set.deferGranularity)
-	s.out.PausedUntil = w.clock.Now().Add(ttl)
+	s.out.PausedUntil = w.clock.Now().Add(w.set.pauseFor(s.msg.Queue, s.delay))
 	s.log.Info("queue rate limited; pausing it", "until", s.out.PausedUntil, "reason", s.out.Reason)
 	// Wait for the queue actor to have paused, so that this goroutine's
 	// next task, if it is the queue's, is held back.
