@@ -173,6 +173,7 @@ type libRig struct {
 }
 
 func newLibRig(ctx context.Context, cfg config, name string, hooks *queuey.Hooks, register func(*libRig) error) (*libRig, error) {
+	quietBroker()
 	urls, qtype := []string{cfg.amqpURL}, queuey.Classic
 	if len(cfg.quorum) > 0 {
 		urls, qtype = cfg.quorum, queuey.Quorum
@@ -350,6 +351,7 @@ type rawRig struct {
 }
 
 func newRawRig(cfg config, name string, consume bool) (*rawRig, error) {
+	quietBroker()
 	conn, err := amqp.Dial(cfg.amqpURL)
 	if err != nil {
 		return nil, fmt.Errorf("this scenario needs RabbitMQ: %w", err)
@@ -540,24 +542,36 @@ func cpuRow(name, metric string, lib, base series, goal float64) row {
 		ratio: ratioStr(rr.median()), goal: fmt.Sprintf("≤ %.1f", goal), result: passIf(rr.median() <= goal), spread: rr.spread()}
 }
 
+// infoRow is r without a goal: a figure that explains others.
+func infoRow(r row) row {
+	r.goal, r.result = "", ""
+	return r
+}
+
 // libPublish is confirmed publishes/s of Producer.Enqueue from callers
 // goroutines, with no consumer.
-func libPublish(ctx context.Context, cfg config, callers, n int) (float64, error) {
+func libPublish(ctx context.Context, cfg config, callers, n int) (pubResult, error) {
 	r, err := newLibRig(ctx, cfg, "pub", nil, nil)
 	if err != nil {
-		return 0, err
+		return pubResult{}, err
 	}
 	defer r.close()
-	start := time.Now()
+	cpu, start := readCPU(), time.Now()
 	err = enqueueAll(ctx, callers, n, func() error {
 		_, err := r.producer.Enqueue(ctx, benchJob{SentNs: time.Now().UnixNano(), Pad: r.pad})
 		return err
 	})
 	if err != nil {
-		return 0, err
+		return pubResult{}, err
 	}
-	return float64(n) / time.Since(start).Seconds(), r.close()
+	res := pubResult{rate: float64(n) / time.Since(start).Seconds()}
+	res.brokerUs, res.selfUs = cpu.perJob(n)
+	return res, r.close()
 }
+
+// pubResult is a publishing run: confirmed publishes/s, and the broker's
+// and this process's CPU time per publish while it published.
+type pubResult struct{ rate, brokerUs, selfUs float64 }
 
 // libPublishBatch is confirmed publishes/s of ONE caller passing all n jobs
 // to one Producer.EnqueueBatch (each still confirmed before it is
@@ -581,24 +595,26 @@ func libPublishBatch(ctx context.Context, cfg config, n int) (float64, error) {
 
 // rawPublish is confirmed publishes/s of one goroutine with a confirm
 // window (window 1: one publish in flight).
-func rawPublish(cfg config, window, n int) (float64, error) {
+func rawPublish(cfg config, window, n int) (pubResult, error) {
 	cfg.window = window
 	r, err := newRawRig(cfg, "pub-raw", false)
 	if err != nil {
-		return 0, err
+		return pubResult{}, err
 	}
 	defer r.close()
 	body := jsonBody(time.Now().UnixNano(), bodySize)
-	start := time.Now()
+	cpu, start := readCPU(), time.Now()
 	for range n {
 		if err := r.w.publish(r.queue, rawPublishing(body)); err != nil {
-			return 0, err
+			return pubResult{}, err
 		}
 	}
 	if err := r.w.drain(); err != nil {
-		return 0, err
+		return pubResult{}, err
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	res := pubResult{rate: float64(n) / time.Since(start).Seconds()}
+	res.brokerUs, res.selfUs = cpu.perJob(n)
+	return res, nil
 }
 
 // scenarioProducer is scenario 2: confirmed publishes/s, the producer
@@ -606,6 +622,7 @@ func rawPublish(cfg config, window, n int) (float64, error) {
 func scenarioProducer(cfg config) ([]row, error) {
 	ctx := context.Background()
 	var par, bat, ser, rawWin, rawSer series
+	var parBroker, parSelf, winBroker, winSelf series // CPU µs per publish
 	// Each run deletes its queue, and the broker cleans up after a queue
 	// of 20,000 persistent messages while the next run goes on: every
 	// big run comes right after another big run, and the two that make the
@@ -615,11 +632,19 @@ func scenarioProducer(cfg config) ([]row, error) {
 		run  func() (float64, error)
 		into *series
 	}{
-		{"queuey parallel", func() (float64, error) { return libPublish(ctx, cfg, cfg.callers, cfg.n) }, &par},
+		{"queuey parallel", func() (float64, error) {
+			r, err := libPublish(ctx, cfg, cfg.callers, cfg.n)
+			parBroker, parSelf = append(parBroker, r.brokerUs), append(parSelf, r.selfUs)
+			return r.rate, err
+		}, &par},
 		{"queuey batch", func() (float64, error) { return libPublishBatch(ctx, cfg, cfg.n) }, &bat},
-		{"raw window", func() (float64, error) { return rawPublish(cfg, cfg.window, cfg.n) }, &rawWin},
-		{"queuey serial", func() (float64, error) { return libPublish(ctx, cfg, 1, cfg.serialN) }, &ser},
-		{"raw serial", func() (float64, error) { return rawPublish(cfg, 1, cfg.serialN) }, &rawSer},
+		{"raw window", func() (float64, error) {
+			r, err := rawPublish(cfg, cfg.window, cfg.n)
+			winBroker, winSelf = append(winBroker, r.brokerUs), append(winSelf, r.selfUs)
+			return r.rate, err
+		}, &rawWin},
+		{"queuey serial", func() (float64, error) { r, err := libPublish(ctx, cfg, 1, cfg.serialN); return r.rate, err }, &ser},
+		{"raw serial", func() (float64, error) { r, err := rawPublish(cfg, 1, cfg.serialN); return r.rate, err }, &rawSer},
 	}
 	for round := range cfg.count {
 		order := []int{0, 1, 2, 3, 4}
@@ -639,6 +664,8 @@ func scenarioProducer(cfg config) ([]row, error) {
 		{scenario: "2 producer", metric: fmt.Sprintf("confirmed pub/s, %d callers vs raw window %d", cfg.callers, cfg.window),
 			lib: rate(par.median()), base: rate(rawWin.median()), ratio: ratioStr(pr.median()), goal: "≥ 0.95",
 			result: passIf(pr.median() >= 0.95), spread: pr.spread()},
+		infoRow(cpuRow("2 producer", fmt.Sprintf("broker CPU µs per publish, %d callers vs raw window %d", cfg.callers, cfg.window), parBroker, winBroker, 0)),
+		infoRow(cpuRow("2 producer", fmt.Sprintf("Go CPU µs per publish, %d callers vs raw window %d", cfg.callers, cfg.window), parSelf, winSelf, 0)),
 		{scenario: "2 producer", metric: fmt.Sprintf("confirmed pub/s, ONE caller, EnqueueBatch of all %d vs raw window %d", cfg.n, cfg.window),
 			lib: rate(bat.median()), base: rate(rawWin.median()), ratio: ratioStr(br.median()), goal: "≥ 0.95",
 			result: passIf(br.median() >= 0.95), spread: br.spread()},
