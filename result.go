@@ -49,8 +49,9 @@ func (e *PauseError) Error() string {
 // the broker, running handlers finish, and consuming resumes when the
 // deferred job is on the queue again, at the top priority, so it runs
 // first (on a Quorum queue: after the whole seconds its wait is rounded
-// up to, and half a second more, for it to reach the lane). Return it when an API answers 429 with a Retry-After that holds
-// for every job of the queue. Other queues are not affected.
+// up to, and half a second more, for it to reach the lane). Return it
+// when an API answers 429 with a Retry-After that holds for every job of
+// the queue. Other queues are not affected.
 func PauseQueue(d time.Duration, reason string) error {
 	if reason == "" {
 		reason = "rate limited"
