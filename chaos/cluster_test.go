@@ -1098,17 +1098,6 @@ func checkQuorum(s *chaos.Score, ls laneSample, end workerEnd, leaked int) {
 
 // ------------------------------------------------------------ the classic report
 
-// keepScore prints and keeps the score lines as report does, without
-// failing the test on them: the classic run is reported, not judged.
-func keepScore(s *chaos.Score) {
-	line, figures := s.Line(), s.FigureLine()
-	scoresMu.Lock()
-	scores = append(scores, line, "  "+figures)
-	scoresMu.Unlock()
-	fmt.Println(line)
-	fmt.Println("  " + figures)
-}
-
 // classicTally is what the classic report counts beyond the score.
 type classicTally struct {
 	// lost jobs by when Enqueue was called: before the kill, while the

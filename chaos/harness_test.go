@@ -827,18 +827,24 @@ func (r *rig) settle(score *chaos.Score, records []chaos.Record) {
 // run does not pass.
 func report(t *testing.T, score *chaos.Score) {
 	t.Helper()
-	line, figures := score.Line(), score.FigureLine()
+	keepScore(score)
+	if !score.Pass() {
+		for _, f := range score.Failures {
+			t.Errorf("%s: %s", score.Fault, f)
+		}
+		t.Errorf("%s did not pass: %s (examples: %s)", score.Fault, score.Line(), strings.Join(score.Examples, " "))
+	}
+}
+
+// keepScore prints the score's lines and keeps them for the summary at
+// the end, without judging them (a classic cluster run is reported only).
+func keepScore(s *chaos.Score) {
+	line, figures := s.Line(), s.FigureLine()
 	scoresMu.Lock()
 	scores = append(scores, line, "  "+figures)
 	scoresMu.Unlock()
 	fmt.Println(line)
 	fmt.Println("  " + figures)
-	if !score.Pass() {
-		for _, f := range score.Failures {
-			t.Errorf("%s: %s", score.Fault, f)
-		}
-		t.Errorf("%s did not pass: %s (examples: %s)", score.Fault, line, strings.Join(score.Examples, " "))
-	}
 }
 
 // takeBackends hands over the backends to close, closing the raw
