@@ -29,34 +29,6 @@ type connection struct {
 	socket *countedConn
 }
 
-// countedConn is the socket under a connection (the TCP connection, under
-// TLS when there is TLS), counting the bytes written to it: guard tells by
-// it a connection that goes slowly from one that has stopped.
-type countedConn struct {
-	net.Conn
-	written atomic.Int64
-}
-
-// countedPiece is the most Write hands the socket at once. A TCP write
-// returns only once all of it is sent, and amqp091 writes a body frame
-// (up to 128 KiB) in one call: in pieces, the count moves on a slow
-// network too (16 KiB in guard's 2 s is 8 KB/s).
-const countedPiece = 16 << 10
-
-func (c *countedConn) Write(b []byte) (int, error) {
-	written := 0
-	for len(b) > 0 {
-		n, err := c.Conn.Write(b[:min(len(b), countedPiece)])
-		c.written.Add(int64(n))
-		written += n
-		b = b[n:]
-		if err != nil {
-			return written, err
-		}
-	}
-	return written, nil
-}
-
 // close closes the connection, waiting at most closeTimeout for the
 // broker's answer, then closes its socket. A deadline on the close alone
 // would not do: amqp091 pushes the read deadline back at every frame that
@@ -106,7 +78,8 @@ func (b *Backend) dial(ctx context.Context, name string, start int) (*connection
 // which amqp091 runs without one.
 func (b *Backend) dialNode(ctx context.Context, name string, n node) (*connection, error) {
 	var socket *countedConn
-	var unwatch func() bool // ends the handshake's watch of ctx
+	var writer *socketWriter // over socket; amqp091 closes it with the connection
+	var unwatch func() bool  // ends the handshake's watch of ctx
 	cfg := amqp.Config{
 		Heartbeat:       b.opts.Heartbeat,
 		Locale:          "en_US",
@@ -129,7 +102,8 @@ func (b *Backend) dialNode(ctx context.Context, name string, n node) (*connectio
 			// ctx's end fails the handshake's reads and writes at once.
 			unwatch = context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 			socket = &countedConn{Conn: conn}
-			return socket, nil
+			writer = newSocketWriter(socket)
+			return writer, nil
 		},
 	}
 	conn, err := amqp.DialConfig(n.url, cfg)
@@ -141,6 +115,9 @@ func (b *Backend) dialNode(ctx context.Context, name string, n node) (*connectio
 	}
 	if err == nil {
 		return &connection{Connection: conn, socket: socket}, nil
+	}
+	if writer != nil {
+		_ = writer.Close() // a failed handshake may leave it open
 	}
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("rabbitmq: connect to %s: %w", n.safeURL, context.Cause(ctx))

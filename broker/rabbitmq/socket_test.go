@@ -1,9 +1,14 @@
 package rabbitmq
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
 	"io"
 	"net"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // countedConn counts a big write as its pieces go, not once it is all
@@ -47,5 +52,149 @@ func TestCountedConnCountsABigWriteAsItGoes(t *testing.T) {
 	}
 	if got := c.written.Load(); got != size {
 		t.Errorf("written = %d, want %d", got, size)
+	}
+}
+
+// writeCounter counts the writes that reach the socket.
+type writeCounter struct {
+	net.Conn
+	writes atomic.Int32
+}
+
+func (c *writeCounter) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+// What is flushed while the socket is busy goes out in one write, in the
+// order it was flushed.
+func TestSocketWriterSendsWhatQueuedMeanwhileInOneWriteInOrder(t *testing.T) {
+	client, server := net.Pipe()
+	defer server.Close()
+	counter := &writeCounter{Conn: client}
+	w := newSocketWriter(&countedConn{Conn: counter})
+	defer w.Close()
+
+	var want bytes.Buffer
+	for i := range 11 {
+		piece := fmt.Appendf(nil, "publish %02d;", i)
+		want.Write(piece)
+		// net.Pipe takes a write only as it is read: the writer's first
+		// write waits, and the rest queue behind it.
+		if n, err := w.Write(piece); n != len(piece) || err != nil {
+			t.Fatalf("Write = %d, %v", n, err)
+		}
+	}
+	got := make([]byte, want.Len())
+	if _, err := io.ReadFull(server, got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want.Bytes()) {
+		t.Errorf("the socket got %q, want %q", got, want.Bytes())
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := counter.writes.Load(); n > 2 {
+		t.Errorf("11 flushes took %d writes, want at most 2 (the first, then the rest at once)", n)
+	}
+	if got := w.written.Load(); got != int64(want.Len()) {
+		t.Errorf("written = %d, want %d", got, want.Len())
+	}
+}
+
+// A write that fails fails the Writes after it, and closes the socket so
+// that amqp091's reader ends the connection.
+func TestSocketWriterFailsLaterWritesOnceAWriteFailed(t *testing.T) {
+	client, server := net.Pipe()
+	w := newSocketWriter(&countedConn{Conn: client})
+	defer w.Close()
+	server.Close()
+
+	if _, err := w.Write([]byte("lost")); err != nil {
+		t.Fatalf("the first Write = %v; it only queues", err)
+	}
+	<-w.broken
+	if _, err := w.Write([]byte("after")); !errors.Is(err, io.ErrClosedPipe) {
+		t.Errorf("a Write after the failed one = %v, want the write's error (%v)", err, io.ErrClosedPipe)
+	}
+	if _, err := client.Read(make([]byte, 1)); !errors.Is(err, io.ErrClosedPipe) {
+		t.Errorf("reading the socket = %v, want it closed", err)
+	}
+}
+
+// Close sends what is queued before it closes the socket.
+func TestSocketWriterCloseSendsWhatIsQueuedFirst(t *testing.T) {
+	client, server := net.Pipe()
+	defer server.Close()
+	w := newSocketWriter(&countedConn{Conn: client})
+	read := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(server) // until the writer closes the socket
+		read <- b
+	}()
+	for _, piece := range []string{"connection.close-ok", ";bye"} {
+		if _, err := w.Write([]byte(piece)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(<-read); got != "connection.close-ok;bye" {
+		t.Errorf("the peer read %q before the close", got)
+	}
+	if _, err := w.Write([]byte("late")); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Write after Close = %v, want net.ErrClosed", err)
+	}
+}
+
+// A peer that reads nothing does not hold Close past its drain.
+func TestSocketWriterCloseGivesUpAStuckWrite(t *testing.T) {
+	client, server := net.Pipe()
+	defer server.Close()
+	w := newSocketWriter(&countedConn{Conn: client})
+	w.drain = time.Millisecond
+	if _, err := w.Write([]byte("never read")); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Close() // returns: the socket's close ends the stuck write
+	select {
+	case <-w.done:
+	default:
+		t.Error("the writer goroutine still runs after Close")
+	}
+}
+
+// A piece past amqp091's buffer (a big body's frame) is not queued: its
+// Write returns once it is on the socket, so a socket the broker no longer
+// reads holds the publish in its write (where guard looks) and what waits
+// in memory stays small.
+func TestSocketWriterBigPieceWaitsForTheSocket(t *testing.T) {
+	client, server := net.Pipe()
+	defer server.Close()
+	w := newSocketWriter(&countedConn{Conn: client})
+	defer w.Close()
+	big := make([]byte, smallPiece+1)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := w.Write(big)
+		wrote <- err
+	}()
+
+	// Read all but the last byte: the write is still under way.
+	if _, err := io.ReadFull(server, make([]byte, len(big)-1)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-wrote:
+		t.Fatalf("Write returned (%v) before its piece was on the socket", err)
+	default:
+	}
+	if _, err := io.ReadFull(server, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-wrote; err != nil {
+		t.Errorf("Write = %v", err)
 	}
 }
