@@ -15,6 +15,7 @@ import (
 
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/broker/rabbitmq"
 	"github.com/queuey-go/queuey/broker/rabbitmq/rabbittest"
 )
 
@@ -310,18 +311,28 @@ func TestADeletedDelayLevelIsDeclaredAgain(t *testing.T) {
 	if err := b.Hold(t.Context(), msg, time.Second); err != nil { // level 0 alone
 		t.Fatalf("hold with delay level 0 gone: %v", err)
 	}
-	c, err := b.Consume(t.Context(), q, 1)
-	if err != nil {
+	if err := firstDelivery(t, b, q, msg.ID, 10*time.Second); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// firstDelivery consumes queue and reports, as an error, when its first
+// delivery is not the job id or does not come within.
+func firstDelivery(t *testing.T, b *rabbitmq.Backend, queue, id string, within time.Duration) error {
+	t.Helper()
+	c, err := b.Consume(t.Context(), queue, 1)
+	if err != nil {
+		return err
 	}
 	defer c.Cancel()
 	select {
 	case d := <-c.Deliveries():
-		if d.Message().ID != msg.ID {
-			t.Errorf("got %s, want the held job", d.Message().ID)
+		if d.Message().ID != id {
+			return fmt.Errorf("got %s, want the held job %s", d.Message().ID, id)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the held job did not arrive within 10 s")
+		return nil
+	case <-time.After(within):
+		return fmt.Errorf("the held job did not arrive within %v", within)
 	}
 }
 
@@ -354,18 +365,8 @@ func TestWaitsForADeletedQueueGoToTheOrphansAndTheLevelGoesOn(t *testing.T) {
 	if err := b.Hold(t.Context(), want, wait); err != nil {
 		t.Fatal(err)
 	}
-	c, err := b.Consume(t.Context(), alive, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Cancel()
-	select {
-	case d := <-c.Deliveries():
-		if d.Message().ID != want.ID {
-			t.Errorf("got %s, want the held job", d.Message().ID)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("a job held 2 s behind 40 jobs for a deleted queue did not arrive within 15 s")
+	if err := firstDelivery(t, b, alive, want.ID, 15*time.Second); err != nil {
+		t.Fatalf("a job held 2 s behind 40 jobs for a deleted queue: %v", err)
 	}
 	if missing := takeOrphans(t, ids); len(missing) > 0 {
 		t.Errorf("%d of the %d jobs waiting for the deleted queue are not among the orphans: %v", len(missing), orphans, missing)
