@@ -92,18 +92,25 @@ type queueInfo struct {
 	send       sendInfo                    // into the queue (or one of its hold queues)
 	dead       sendInfo                    // into <queue>.dead
 
-	record  []metric.RecordOption  // messaging.destination.name
-	observe []metric.ObserveOption // the same set
-	kinds   cowMap[string, []metric.RecordOption]
+	record   []metric.RecordOption  // messaging.destination.name
+	observe  []metric.ObserveOption // the same set
+	kinds    cowMap[string, []metric.RecordOption]
+	outcomes [len(results)][]metric.ObserveOption
 
-	// The counters, observed at each collection (see observeCounts).
+	// The counters, observed at each collection (see observeCounts). Every
+	// handler goroutine writes them, from either core: the padding keeps
+	// them off the cache lines of the fields above, which every hook reads.
+	_              cacheLinePad
 	inFlight       atomic.Int64 // deliveries taken up, not yet settled
 	held           atomic.Int64 // see queuey.jobs.held in the package doc
 	settleFailures atomic.Int64
 	jobs           [len(results)]atomic.Int64 // by resultIndex
-	outcomes       [len(results)][]metric.ObserveOption
+	_              cacheLinePad
 	otherJobs      sync.Map // Result -> *atomic.Int64, for a Result not in results
 }
+
+// cacheLinePad is a cache line's worth of nothing.
+type cacheLinePad [64]byte
 
 // sendInfo is a destination's send span name and start options.
 type sendInfo struct {
