@@ -98,7 +98,7 @@ type queueInfo struct {
 	outcomes [len(results)][]metric.ObserveOption
 
 	// The counters, observed at each collection (see observeCounts). Every
-	// handler goroutine writes them, from either core: the padding keeps
+	// handler goroutine writes them, on any core: the padding keeps
 	// them off the cache lines of the fields above, which every hook reads.
 	_              cacheLinePad
 	inFlight       atomic.Int64 // deliveries taken up, not yet settled

@@ -115,23 +115,25 @@ func (w *socketWriter) Write(b []byte) (int, error) {
 	case <-w.broken:
 		return 0, w.err
 	case <-w.closing:
-		return 0, net.ErrClosed
+		return 0, w.closedError()
 	}
 	if p.written == nil {
 		return len(b), nil
 	}
+	var err error
 	select {
-	case err := <-p.written:
-		if err != nil {
-			return 0, err
+	case err = <-p.written:
+	case <-w.done:
+		select {
+		case err = <-p.written: // it wrote p, then stopped
+		default: // it stopped before it took p
+			err = w.failure()
 		}
-		return len(b), nil
-	case <-w.done: // it stopped before it took p
-		if err := w.failure(); err != nil {
-			return 0, err
-		}
-		return 0, net.ErrClosed
 	}
+	if err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }
 
 // failure says why Write can take nothing more, if it cannot.
@@ -140,10 +142,31 @@ func (w *socketWriter) failure() error {
 	case <-w.broken:
 		return w.err
 	case <-w.closing:
-		return net.ErrClosed
+		return w.closedError()
 	default:
 		return nil
 	}
+}
+
+// closedError is what a write to a closed socket returns (lostOr reports
+// it as a lost connection, and the publish is made again on the next).
+func (w *socketWriter) closedError() error {
+	return &net.OpError{Op: "write", Net: "tcp", Source: w.LocalAddr(), Addr: w.RemoteAddr(), Err: net.ErrClosed}
+}
+
+// Read reads the socket. Once a write failed, a read that fails says what
+// the write met (a reset, a timeout): the writer closed the socket after
+// it, and amqp091's reader, which ends the connection, tells its cause.
+func (w *socketWriter) Read(b []byte) (int, error) {
+	n, err := w.countedConn.Read(b)
+	if err != nil {
+		select {
+		case <-w.broken:
+			return n, w.err
+		default:
+		}
+	}
+	return n, err
 }
 
 // Close sends what is queued (at most socketDrain long), then closes the
@@ -173,7 +196,17 @@ func (w *socketWriter) run() {
 				return
 			}
 		case <-w.closing:
-			w.send(w.gather(&b))
+			w.drainAll(&b)
+			return
+		}
+	}
+}
+
+// drainAll sends what is queued, a batch at a time, until nothing is left
+// or a write fails.
+func (w *socketWriter) drainAll(b *batch) {
+	for {
+		if !w.send(w.gather(b)) || len(w.pieces) == 0 {
 			return
 		}
 	}

@@ -198,3 +198,83 @@ func TestSocketWriterBigPieceWaitsForTheSocket(t *testing.T) {
 		t.Errorf("Write = %v", err)
 	}
 }
+
+// A Write the writer no longer takes, as the connection closes, fails as a
+// write to a closed socket does (a *net.OpError), so that lostOr reports
+// the connection lost and the publish is made again on the next one.
+func TestSocketWriterAWriteAfterCloseIsALostConnection(t *testing.T) {
+	client, server := net.Pipe()
+	defer server.Close()
+	w := newSocketWriter(&countedConn{Conn: client})
+	_ = w.Close()
+	_, err := w.Write([]byte("publish"))
+	var opErr *net.OpError
+	if !errors.As(err, &opErr) || !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Write after Close = %v (%T), want a *net.OpError wrapping net.ErrClosed", err, err)
+	}
+	if got := lostOr(err); !errors.Is(got, ErrConnectionLost) {
+		t.Errorf("lostOr(%v) = %v, want ErrConnectionLost", err, got)
+	}
+}
+
+// Close sends everything queued, more than one write's worth too: a
+// connection.close-ok or an ack queued behind a burst of publishes is not
+// dropped.
+func TestSocketWriterCloseSendsAllThatIsQueued(t *testing.T) {
+	client, server := net.Pipe()
+	defer server.Close()
+	w := newSocketWriter(&countedConn{Conn: client})
+	const pieces = 200 // of 4 KiB: 800 KiB, many times socketBatch
+	piece := bytes.Repeat([]byte("x"), smallPiece)
+	for range pieces {
+		if _, err := w.Write(piece); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := make(chan int, 1)
+	go func() {
+		n, _ := io.Copy(io.Discard, server) // until the writer closes the socket
+		read <- int(n)
+	}()
+	_ = w.Close()
+	if got := <-read; got != pieces*smallPiece {
+		t.Errorf("the peer read %d bytes before the close, want all %d queued", got, pieces*smallPiece)
+	}
+}
+
+// failingConn fails every write with err and blocks reads until closed.
+type failingConn struct {
+	net.Conn
+	err    error
+	closed chan struct{}
+}
+
+func (c *failingConn) Write([]byte) (int, error) { return 0, c.err }
+func (c *failingConn) Read([]byte) (int, error) {
+	<-c.closed
+	return 0, net.ErrClosed
+}
+func (c *failingConn) Close() error {
+	select {
+	case <-c.closed:
+	default:
+		close(c.closed)
+	}
+	return nil
+}
+
+// Once a write failed, the socket's reads end with that write's error:
+// amqp091's reader, which notices first, says why the connection ended
+// (a reset, a timeout), not that the socket was closed.
+func TestSocketWriterReadSaysWhyTheWriteFailed(t *testing.T) {
+	errReset := errors.New("connection reset by peer")
+	conn := &failingConn{err: errReset, closed: make(chan struct{})}
+	w := newSocketWriter(&countedConn{Conn: conn})
+	defer w.Close()
+	if _, err := w.Write([]byte("publish")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Read(make([]byte, 1)); !errors.Is(err, errReset) {
+		t.Errorf("Read after the failed write = %v, want the write's error", err)
+	}
+}
