@@ -56,47 +56,63 @@ func (s *session) consume(ctx context.Context, queue string, prefetch int, exclu
 
 // consumeAll starts a consumer of each of queues, in order, on one channel,
 // with basic.qos(prefetches[i]) for each. A laned consumer's lane comes
-// first: the broker then starts delivering it first.
+// first: the broker then starts delivering it first, and its consumer's
+// goroutine takes its deliveries while the next queue's consumer starts,
+// so that they are ready before any of the next queue's arrive.
 func (s *session) consumeAll(ctx context.Context, queues []string, prefetches []int, exclusive bool) ([]*consumer, error) {
 	var ch *amqp.Channel
-	deliveries := make([]<-chan amqp.Delivery, len(queues))
-	tags := make([]string, len(queues))
+	var cs []*consumer
 	err := s.guard(ctx, callRequest, "consume", queues[0], func() (err error) {
 		if ch, err = s.conn.Channel(); err != nil {
 			return err
 		}
 		for i, queue := range queues {
-			if err == nil {
-				err = ch.Qos(prefetches[i], 0, false)
+			var c *consumer
+			if c, err = s.startConsumer(ch, queue, prefetches[i], exclusive, len(queues)); err != nil {
+				cancelAll(cs, ch)
+				ch, cs = nil, nil
+				return err
 			}
-			if err == nil {
-				tags[i] = consumerTag(queue)
-				deliveries[i], err = ch.Consume(queue, tags[i], false, exclusive, false, false, nil)
-			}
+			cs = append(cs, c)
 		}
-		if err != nil {
-			_ = ch.Close()
-			ch = nil
-		}
-		return err
+		return nil
 	})
 	if err != nil {
 		if ch != nil { // it got through, just as guard gave the connection up
-			_ = ch.Close()
+			cancelAll(cs, ch)
 		}
 		return nil, consumeError(queues, err)
 	}
-	cs := make([]*consumer, len(queues))
-	for i, queue := range queues {
-		cs[i] = &consumer{tag: tags[i], queue: queue, ch: ch,
-			out: make(chan broker.Delivery), stop: make(chan struct{}), ended: make(chan struct{})}
-		closed := ch.NotifyClose(make(chan *amqp.Error, 1))
-		// amqp091 tells of a basic.cancel from the broker here before it
-		// ends the deliveries; each consumer of the channel needs room.
-		cs[i].brokerCancel = ch.NotifyCancel(make(chan string, len(queues)))
-		go cs[i].run(deliveries[i], closed, s)
-	}
 	return cs, nil
+}
+
+// startConsumer consumes queue on ch, one of consumers on it, and starts
+// the goroutine that hands out its deliveries.
+func (s *session) startConsumer(ch *amqp.Channel, queue string, prefetch int, exclusive bool, consumers int) (*consumer, error) {
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		return nil, err
+	}
+	tag := consumerTag(queue)
+	deliveries, err := ch.Consume(queue, tag, false, exclusive, false, false, nil)
+	if err != nil {
+		return nil, err
+	}
+	c := &consumer{tag: tag, queue: queue, ch: ch,
+		out: make(chan broker.Delivery), stop: make(chan struct{}), ended: make(chan struct{})}
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	// amqp091 tells of a basic.cancel from the broker here before it ends
+	// the deliveries; each consumer of the channel needs room.
+	c.brokerCancel = ch.NotifyCancel(make(chan string, consumers))
+	go c.run(deliveries, closed, s)
+	return c, nil
+}
+
+// cancelAll cancels the consumers started on ch, and closes ch.
+func cancelAll(cs []*consumer, ch *amqp.Channel) {
+	for _, c := range cs {
+		c.Cancel()
+	}
+	_ = ch.Close()
 }
 
 // notFound is what a NOT_FOUND about a queue means: that its node is down
