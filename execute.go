@@ -110,19 +110,20 @@ func (w *Worker) process(t task) settlement {
 	} else if env, decodeErr = broker.DecodeMessage(msg); decodeErr == nil {
 		jc = w.jobContext(t.q, env, t.d, started)
 	}
-	ctx, finish := w.deliverHook(t.ctx, t.q, msg, env, &jc, decodeErr, started)
+	ctx, hook := w.deliverHook(t.ctx, t.q, msg, env, &jc, decodeErr, started)
 	s := w.execute(ctx, t, msg, env, jc, decodeErr)
 	if s.msg.Headers == nil && s.action != actAck && s.action != actRequeue {
 		s.msg.Headers = carriedHeaders(msg.Headers)
 	}
-	s.ctx, s.d, s.q, s.finish, s.reports = ctx, t.d, t.q, finish, t.reports
+	s.ctx, s.d, s.q, s.hook, s.reports = ctx, t.d, t.q, hook, t.reports
 	return s
 }
 
 // deliverHook tells the Deliver hook about a delivery; it returns the ctx
-// the job runs with and what to call with its outcome.
+// the job runs with and the hook's call, to be told the outcome (nil
+// without a Deliver hook).
 func (w *Worker) deliverHook(ctx context.Context, q *queueConfig, msg broker.Message, env broker.Envelope, jc *JobContext,
-	decodeErr error, started time.Time) (context.Context, func(Outcome)) {
+	decodeErr error, started time.Time) (context.Context, *deliveryHook) {
 	if w.hooks == nil || w.hooks.Deliver == nil {
 		return ctx, nil
 	}
@@ -130,19 +131,43 @@ func (w *Worker) deliverHook(ctx context.Context, q *queueConfig, msg broker.Mes
 	if due.IsZero() && !msg.FromHold && decodeErr == nil {
 		due = env.EnqueuedAt() // due when enqueued (see broker.Message.DueAt)
 	}
-	info := &DeliveryInfo{System: w.backend.Name(), Queue: q.Name, BrokerQueue: q.broker, Job: *jc, Headers: msg.Headers, DueAt: due, Started: started}
-	hookCtx, finish := ctx, func(Outcome) {}
-	w.guardHook("Deliver", func() {
-		c, f := w.hooks.Deliver(ctx, info)
-		if c != nil {
-			hookCtx = c
-		}
-		if f != nil {
-			finish = f
-		}
-	})
-	*jc = info.Job
-	return hookCtx, func(out Outcome) { w.guardHook("Deliver's outcome func", func() { finish(out) }) }
+	h := &deliveryHook{w: w, info: DeliveryInfo{System: w.backend.Name(), Queue: q.Name, BrokerQueue: q.broker, Job: *jc,
+		Headers: msg.Headers, DueAt: due, Started: started}}
+	hookCtx := h.call(ctx)
+	*jc = h.info.Job
+	return hookCtx, h
+}
+
+// deliveryHook is one delivery's call of the Deliver hook: what the hook
+// was told and the func it gave for the outcome. It is one allocation per
+// delivery, where closures around the two would be three.
+type deliveryHook struct {
+	w      *Worker
+	info   DeliveryInfo
+	finish func(Outcome) // nil once told, or when the hook gave none
+}
+
+// call calls the Deliver hook and returns the ctx the job runs with: ctx
+// itself when the hook returns none or panics (guardHook).
+func (h *deliveryHook) call(ctx context.Context) (hookCtx context.Context) {
+	defer h.w.recoverHook("Deliver", func() { hookCtx = ctx })
+	c, finish := h.w.hooks.Deliver(ctx, &h.info)
+	h.finish = finish
+	if c == nil {
+		return ctx
+	}
+	return c
+}
+
+// outcome tells the hook's outcome func how the delivery ended, once.
+func (h *deliveryHook) outcome(out Outcome) {
+	finish := h.finish
+	h.finish = nil
+	if finish == nil {
+		return
+	}
+	defer h.w.recoverHook("Deliver's outcome func", nil)
+	finish(out)
 }
 
 // execute decides what becomes of a delivery, running its handler when it
@@ -277,12 +302,21 @@ func runGuarded(ctx context.Context, h handler, job decodedJob, jc JobContext) (
 // instrumentation must not take the worker down with every delivery in
 // flight. The job goes on as if the hook were not there.
 func (w *Worker) guardHook(which string, call func()) {
-	defer func() {
-		if r := recover(); r != nil {
-			w.log.Error("hook panicked; going on without it", "hook", which, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-		}
-	}()
+	defer w.recoverHook(which, nil)
 	call()
+}
+
+// recoverHook, deferred, logs a hook's panic and calls then, if any, so
+// that the worker goes on without the hook (guardHook).
+func (w *Worker) recoverHook(which string, then func()) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	w.log.Error("hook panicked; going on without it", "hook", which, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+	if then != nil {
+		then()
+	}
 }
 
 // publishHook tells the publish hook about a republish of the worker's

@@ -48,7 +48,7 @@ type settlement struct {
 	d       broker.Delivery
 	q       *queueConfig
 	log     jobLog
-	finish  func(Outcome) // the Deliver hook's; called once
+	hook    *deliveryHook // the Deliver hook's call, told the outcome once
 	reports chan<- report // the queue actor's: for the pause notice
 
 	tries   int            // failed publishes so far
@@ -346,9 +346,9 @@ func (s *settlement) logSettled(w *Worker) {
 }
 
 func (s *settlement) finishWith(out Outcome) {
-	if s.finish != nil {
-		s.finish(out)
-		s.finish = nil
+	if s.hook != nil {
+		s.hook.outcome(out)
+		s.hook = nil
 	}
 }
 

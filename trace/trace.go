@@ -101,7 +101,7 @@ type queueInfo struct {
 	// handler goroutine writes them, on any core: the padding keeps
 	// them off the cache lines of the fields above, which every hook reads.
 	_              cacheLinePad
-	inFlight       atomic.Int64 // deliveries taken up, not yet settled
+	taken          atomic.Int64 // deliveries taken up; those not yet in jobs are in flight
 	held           atomic.Int64 // see queuey.jobs.held in the package doc
 	settleFailures atomic.Int64
 	jobs           [len(results)]atomic.Int64 // by resultIndex
@@ -202,6 +202,24 @@ func (qi *queueInfo) countJob(r queuey.Result) {
 	n.(*atomic.Int64).Add(1)
 }
 
+// inFlightNow is how many deliveries are taken up and not yet settled:
+// those taken less those counted in jobs, which finish counts each
+// delivery in once. Counted that way, a job makes one write to the
+// counters fewer than with an in-flight counter of its own; the settled
+// are read first, so that a delivery settled between the two reads is
+// not counted below zero.
+func (qi *queueInfo) inFlightNow() int64 {
+	var settled int64
+	for i := range qi.jobs {
+		settled += qi.jobs[i].Load()
+	}
+	qi.otherJobs.Range(func(_, n any) bool {
+		settled += n.(*atomic.Int64).Load()
+		return true
+	})
+	return qi.taken.Load() - settled
+}
+
 // kind returns the options that record a handler duration of kind.
 func (qi *queueInfo) kind(kind string) []metric.RecordOption {
 	if o, ok := qi.kinds.load(kind); ok {
@@ -219,7 +237,7 @@ func (in *Instrumentation) observeCounts(_ context.Context, o metric.Observer) e
 		return nil
 	}
 	for _, qi := range *m {
-		o.ObserveInt64(in.inFlight, qi.inFlight.Load(), qi.observe...)
+		o.ObserveInt64(in.inFlight, qi.inFlightNow(), qi.observe...)
 		o.ObserveInt64(in.held, qi.held.Load(), qi.observe...)
 		o.ObserveInt64(in.settleFailures, qi.settleFailures.Load(), qi.observe...)
 		for i := range results {
@@ -473,7 +491,7 @@ func (in *Instrumentation) deliver(ctx context.Context, d *queuey.DeliveryInfo) 
 		span.AddLink(oteltrace.Link{SpanContext: creation})
 	}
 
-	qi.inFlight.Add(1)
+	qi.taken.Add(1)
 	if !d.DueAt.IsZero() {
 		in.lateness.Record(ctx, max(0, d.Started.Sub(d.DueAt)).Seconds(), qi.record...)
 	}
@@ -500,7 +518,6 @@ func (in *Instrumentation) finish(ctx context.Context, span oteltrace.Span, qi *
 		// Given back with its header: the next delivery counts it down again.
 		qi.held.Add(1)
 	}
-	qi.inFlight.Add(-1)
 	span.End()
 }
 
