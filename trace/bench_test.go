@@ -22,19 +22,30 @@ import (
 // the memory backend and the real clock: a producer enqueues jobs from one
 // goroutine while a worker with 8 handler slots takes them up, at most
 // backlog jobs apart, until n jobs have run. Every sub-benchmark runs the
-// same pipeline plain and instrumented in four rounds of b.N/4 jobs each,
-// in the order plain, instrumented, instrumented, plain, so that both see
-// the same machine and neither always runs first, and reports:
+// same pipeline three ways: plain (no hooks), instrumented (the package's
+// hooks) and floor (hooks that make exactly the OpenTelemetry calls the
+// package makes per job, bare: BenchmarkSDKFloor's, in the funcs the Hooks
+// API has a hook return), in six rounds of b.N/6 jobs each, in the order
+// plain, instrumented, floor, floor, instrumented, plain, so that all see
+// the same machine and none always runs first. The floor is what any
+// instrumentation that traces and measures a job as the package does
+// costs the pipeline; the package is answerable for inst/floor. It
+// reports:
 //
-//	plain-jobs/s, inst-jobs/s  jobs through the pipeline, enqueue to settlement
-//	inst/plain                 their ratio: 0.9 means instrumentation costs 10% of throughput
-//	plain-cpu-us/job,          the process's CPU time (user and system, every goroutine:
-//	inst-cpu-us/job            the SDK's batch processor and the garbage collector too) per job
-//	inst/plain-by-cpu          the throughput ratio the CPU times imply when the cores are
-//	                           busy (plain CPU per job over instrumented): 0.9 means 10% of
-//	                           throughput lost; other processes' CPU is not counted in it,
-//	                           as it is in the wall-clock ratio (Unix only)
-//	+allocs/job, +B/job        what instrumentation allocates per job
+//	plain-jobs/s, inst-jobs/s,  jobs through the pipeline, enqueue to settlement
+//	floor-jobs/s
+//	inst/plain, floor/plain     their ratios: 0.9 means the instrumentation (the
+//	                            floor's calls alone) costs 10% of throughput
+//	inst/floor                  the package's hooks against the bare calls
+//	plain-cpu-us/job,           the process's CPU time (user and system, every goroutine:
+//	inst-cpu-us/job,            the SDK's batch processor and the garbage collector too) per job
+//	floor-cpu-us/job
+//	inst/plain-by-cpu,          the throughput ratios the CPU times imply when the cores are
+//	floor/plain-by-cpu          busy (plain CPU per job over the other's): 0.9 means 10% of
+//	                            throughput lost; other processes' CPU is not counted in them,
+//	                            as it is in the wall-clock ratios (Unix only)
+//	+allocs/job, +B/job         what instrumentation allocates per job
+//	floor+B/job                 what the floor's calls allocate per job
 //
 // The instrumented pipeline runs on what a production process would have:
 // an SDK tracer provider with a batch span processor (its exporter discards
@@ -52,6 +63,10 @@ import (
 // with
 //
 //	go test -run '^$' -bench . -benchtime 3s -count 3 ./trace/
+//
+// and the goal's case, with the floor on one goroutine beside it, with
+//
+//	go test -run '^$' -bench 'Instrumentation/work50us|SDKFloor' -benchtime 60000x -count 3 ./trace/
 func BenchmarkInstrumentation(b *testing.B) {
 	work := spinFor(50 * time.Microsecond)
 	for _, c := range []struct {
@@ -69,39 +84,51 @@ func BenchmarkInstrumentation(b *testing.B) {
 	}
 }
 
-// compare runs the pipeline plain and instrumented and reports both.
+// compare runs the pipeline plain, instrumented, and with the SDK floor's
+// hooks, and reports the three.
 func compare(b *testing.B, sampler sdktrace.Sampler, spin int) {
 	b.StopTimer()
-	hooks := instrumented(b, sampler)
-	var plain, inst pipelineRun
-	const rounds = 4
-	for round := range rounds {
-		n := b.N / rounds
-		if round < b.N%rounds {
+	tp, mp := benchProviders(b, sampler)
+	hooks := hooksOn(b, tp, mp)
+	bare := newFloor(b, tp, mp, "memory", qWork, "job").hooks()
+	var plain, inst, floor pipelineRun
+	rounds := [...]struct {
+		into  *pipelineRun
+		hooks *queuey.Hooks
+	}{{&plain, nil}, {&inst, hooks}, {&floor, bare}, {&floor, bare}, {&inst, hooks}, {&plain, nil}}
+	for round, r := range rounds {
+		n := b.N / len(rounds)
+		if round < b.N%len(rounds) {
 			n++
 		}
-		if n == 0 {
-			continue
-		}
-		if round == 1 || round == 2 {
-			inst.add(pipeline(b, hooks, n, spin))
-		} else {
-			plain.add(pipeline(b, nil, n, spin))
+		if n > 0 {
+			r.into.add(pipeline(b, r.hooks, n, spin))
 		}
 	}
-	if plain.jobs == 0 || inst.jobs == 0 {
-		return // b.N below 2: nothing to compare
+	if plain.jobs == 0 || inst.jobs == 0 || floor.jobs == 0 {
+		return // b.N below 3: nothing to compare
 	}
+	report(b, plain, inst, floor)
+}
+
+// report reports a comparison's figures (see BenchmarkInstrumentation).
+func report(b *testing.B, plain, inst, floor pipelineRun) {
 	b.ReportMetric(plain.rate(), "plain-jobs/s")
 	b.ReportMetric(inst.rate(), "inst-jobs/s")
+	b.ReportMetric(floor.rate(), "floor-jobs/s")
 	b.ReportMetric(inst.rate()/plain.rate(), "inst/plain")
-	if plain.cpu > 0 && inst.cpu > 0 {
+	b.ReportMetric(floor.rate()/plain.rate(), "floor/plain")
+	b.ReportMetric(inst.rate()/floor.rate(), "inst/floor")
+	if plain.cpu > 0 && inst.cpu > 0 && floor.cpu > 0 {
 		b.ReportMetric(plain.cpuPerJob(), "plain-cpu-us/job")
 		b.ReportMetric(inst.cpuPerJob(), "inst-cpu-us/job")
+		b.ReportMetric(floor.cpuPerJob(), "floor-cpu-us/job")
 		b.ReportMetric(plain.cpuPerJob()/inst.cpuPerJob(), "inst/plain-by-cpu")
+		b.ReportMetric(plain.cpuPerJob()/floor.cpuPerJob(), "floor/plain-by-cpu")
 	}
 	b.ReportMetric(perJob(inst.allocs, inst.jobs)-perJob(plain.allocs, plain.jobs), "+allocs/job")
 	b.ReportMetric(perJob(inst.bytes, inst.jobs)-perJob(plain.bytes, plain.jobs), "+B/job")
+	b.ReportMetric(perJob(floor.bytes, floor.jobs)-perJob(plain.bytes, plain.jobs), "floor+B/job")
 }
 
 func perJob(total uint64, jobs int) float64 { return float64(total) / float64(jobs) }

@@ -248,10 +248,39 @@ func newFloor(b *testing.B, tp oteltrace.TracerProvider, mp metric.MeterProvider
 // what it published, which ends with out. It mirrors publish, deliver,
 // finish and annotate in trace.go for an enqueue that succeeds.
 func (f *floor) publishAndDeliver(ctx context.Context, p *queuey.PublishInfo, d *queuey.DeliveryInfo, out queuey.Outcome) {
-	// publish
+	if send := f.publish(ctx, p); send.IsRecording() {
+		send.End() // the publish's done func, the broker having confirmed
+	}
+	d.Headers = p.Headers
+	dctx, span := f.deliver(ctx, d)
+	f.outcome(dctx, span, d, out)
+}
+
+// hooks is the floor as queuey.Hooks, for a pipeline: the same calls, in
+// the funcs the Hooks API has a hook return (whose closures are the API's
+// cost, not the package's).
+func (f *floor) hooks() *queuey.Hooks {
+	return &queuey.Hooks{
+		Publish: func(ctx context.Context, p *queuey.PublishInfo) func(error) {
+			send := f.publish(ctx, p)
+			if !send.IsRecording() {
+				return nil
+			}
+			return func(error) { send.End() }
+		},
+		Deliver: func(ctx context.Context, d *queuey.DeliveryInfo) (context.Context, func(queuey.Outcome)) {
+			ctx, span := f.deliver(ctx, d)
+			return ctx, func(out queuey.Outcome) { f.outcome(ctx, span, d, out) }
+		},
+	}
+}
+
+// publish starts p's send span, gives it the attributes when it records,
+// and puts its context into p's headers; the span is ended once the
+// publish is confirmed, when it records.
+func (f *floor) publish(ctx context.Context, p *queuey.PublishInfo) oteltrace.Span {
 	sctx, send := f.tracer.Start(ctx, f.sendName, f.sendOpt...)
-	recording := send.IsRecording()
-	if recording {
+	if send.IsRecording() {
 		send.SetAttributes(
 			trace.AttrPublishOp.String(string(p.Op)),
 			semconv.MessagingMessageID(p.JobID),
@@ -262,23 +291,27 @@ func (f *floor) publishAndDeliver(ctx context.Context, p *queuey.PublishInfo, d 
 		)
 	}
 	f.propagator.Inject(sctx, propagation.MapCarrier(p.Headers))
-	if recording { // the publish's done func, the broker having confirmed
-		send.End()
-	}
+	return send
+}
 
-	// deliver
-	d.Headers = p.Headers
-	dctx := f.propagator.Extract(ctx, propagation.MapCarrier(d.Headers))
-	creation := oteltrace.SpanContextFromContext(dctx)
-	dctx, span := f.tracer.Start(dctx, f.processName, f.processOpt...)
+// deliver starts d's process span under the context d's headers carry,
+// linked to it, and records the lateness.
+func (f *floor) deliver(ctx context.Context, d *queuey.DeliveryInfo) (context.Context, oteltrace.Span) {
+	ctx = f.propagator.Extract(ctx, propagation.MapCarrier(d.Headers))
+	creation := oteltrace.SpanContextFromContext(ctx)
+	ctx, span := f.tracer.Start(ctx, f.processName, f.processOpt...)
 	if creation.IsValid() {
 		span.AddLink(oteltrace.Link{SpanContext: creation})
 	}
 	if !d.DueAt.IsZero() {
-		f.lateness.Record(dctx, max(0, d.Started.Sub(d.DueAt)).Seconds(), f.record...)
+		f.lateness.Record(ctx, max(0, d.Started.Sub(d.DueAt)).Seconds(), f.record...)
 	}
+	return ctx, span
+}
 
-	// the outcome
+// outcome gives the process span the job's and the outcome's attributes
+// when it records, records the handler's duration and ends the span.
+func (f *floor) outcome(ctx context.Context, span oteltrace.Span, d *queuey.DeliveryInfo, out queuey.Outcome) {
 	if span.IsRecording() {
 		jc := &d.Job
 		span.SetAttributes(
@@ -292,7 +325,7 @@ func (f *floor) publishAndDeliver(ctx context.Context, p *queuey.PublishInfo, d 
 		)
 	}
 	if out.HandlerDuration > 0 {
-		f.duration.Record(dctx, out.HandlerDuration.Seconds(), f.kind...)
+		f.duration.Record(ctx, out.HandlerDuration.Seconds(), f.kind...)
 	}
 	span.End()
 }
