@@ -16,6 +16,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -79,7 +80,7 @@ func main() {
 	flag.StringVar(&cfg.cluster, "cluster", os.Getenv("QUEUEY_CLUSTER"), "comma-separated URLs of a RabbitMQ cluster's nodes (scenario 9; `make cluster` prints them)")
 	flag.IntVar(&cfg.count, "count", 1, "runs of each measurement; figures are medians")
 	flag.StringVar(&scen, "scenarios", "1,2,3,4,5,6,7,8", "comma-separated scenarios to run (9, quorum queues on a cluster, on request)")
-	flag.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (samples labelled scenario=N, and run=<name> in scenario 2: go tool pprof -tagfocus)")
 	flag.StringVar(&memprofile, "memprofile", "", "write an allocation profile at the end to this file")
 	flag.Parse()
 
@@ -129,7 +130,11 @@ func main() {
 		}
 		start := time.Now()
 		fmt.Fprintf(os.Stderr, "scenario %d ...\n", s.n)
-		r, err := s.run(cfg)
+		var r []row
+		var err error
+		// A CPU profile (-cpuprofile) tells the scenarios apart by this
+		// label, which the goroutines a scenario starts inherit.
+		pprof.Do(context.Background(), pprof.Labels("scenario", strconv.Itoa(s.n)), func(context.Context) { r, err = s.run(cfg) })
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "scenario %d: %v\n", s.n, err)
 			failed = true

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -652,7 +653,11 @@ func scenarioProducer(cfg config) ([]row, error) {
 			order = []int{0, 2, 1, 4, 3}
 		}
 		for _, k := range order {
-			v, err := runs[k].run()
+			var v float64
+			var err error
+			// A CPU profile (-cpuprofile) tells the runs apart by this
+			// label, which the goroutines a run starts inherit.
+			pprof.Do(ctx, pprof.Labels("run", runs[k].name), func(context.Context) { v, err = runs[k].run() })
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", runs[k].name, err)
 			}
