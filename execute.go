@@ -148,15 +148,17 @@ type deliveryHook struct {
 }
 
 // call calls the Deliver hook and returns the ctx the job runs with: ctx
-// itself when the hook returns none or panics (guardHook).
+// itself when the hook returns none or panics (guardHook), with any value,
+// nil too (recovered as nil under GODEBUG=panicnil=1).
 func (h *deliveryHook) call(ctx context.Context) (hookCtx context.Context) {
-	defer h.w.recoverHook("Deliver", func() { hookCtx = ctx })
+	hookCtx = ctx
+	defer h.w.recoverHook("Deliver")
 	c, finish := h.w.hooks.Deliver(ctx, &h.info)
 	h.finish = finish
-	if c == nil {
-		return ctx
+	if c != nil {
+		hookCtx = c
 	}
-	return c
+	return hookCtx
 }
 
 // outcome tells the hook's outcome func how the delivery ended, once.
@@ -166,7 +168,7 @@ func (h *deliveryHook) outcome(out Outcome) {
 	if finish == nil {
 		return
 	}
-	defer h.w.recoverHook("Deliver's outcome func", nil)
+	defer h.w.recoverHook("Deliver's outcome func")
 	finish(out)
 }
 
@@ -302,20 +304,15 @@ func runGuarded(ctx context.Context, h handler, job decodedJob, jc JobContext) (
 // instrumentation must not take the worker down with every delivery in
 // flight. The job goes on as if the hook were not there.
 func (w *Worker) guardHook(which string, call func()) {
-	defer w.recoverHook(which, nil)
+	defer w.recoverHook(which)
 	call()
 }
 
-// recoverHook, deferred, logs a hook's panic and calls then, if any, so
-// that the worker goes on without the hook (guardHook).
-func (w *Worker) recoverHook(which string, then func()) {
-	r := recover()
-	if r == nil {
-		return
-	}
-	w.log.Error("hook panicked; going on without it", "hook", which, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-	if then != nil {
-		then()
+// recoverHook, deferred, logs a hook's panic, so that the worker goes on
+// without the hook (guardHook).
+func (w *Worker) recoverHook(which string) {
+	if r := recover(); r != nil {
+		w.log.Error("hook panicked; going on without it", "hook", which, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 	}
 }
 

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -45,6 +48,21 @@ func (l *hookLog) hooks() *queuey.Hooks {
 				l.mu.Unlock()
 			}
 		},
+	}
+}
+
+// wantResults checks that the outcome funcs were told want, in order:
+// each delivery's once.
+func (l *hookLog) wantResults(t *testing.T, want ...queuey.Result) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var got []queuey.Result
+	for _, o := range l.outcomes {
+		got = append(got, o.Result)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("outcomes told: %v, want %v", got, want)
 	}
 }
 
@@ -276,6 +294,31 @@ func TestAPanickingHookDoesNotTakeTheWorkerDown(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Under GODEBUG=panicnil=1, which a program may run with, a hook's
+// panic(nil) is recovered as nil. The worker must still run the job under
+// its own ctx and go on (a job run under a nil ctx took the process down
+// as its retry was decided). The test runs itself again with the setting.
+func TestADeliverHookPanickingWithNilUnderPanicnilLeavesTheJobItsCtx(t *testing.T) {
+	if os.Getenv("QUEUEY_TEST_PANICNIL") == "" {
+		cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "GODEBUG=panicnil=1", "QUEUEY_TEST_PANICNIL=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("with GODEBUG=panicnil=1: %v\n%s", err, out)
+		}
+		return
+	}
+	hooks := &queuey.Hooks{Deliver: func(context.Context, *queuey.DeliveryInfo) (context.Context, func(queuey.Outcome)) {
+		panic(nil)
+	}}
+	opts := &clocktest.Options{Logger: slog.New(slog.DiscardHandler), Worker: queuey.WorkerConfig{Hooks: hooks}}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		handleAll(t, h.Worker, h.Clock)
+		id := mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{plan{Name: "flaky", Fail: 1}}))
+		h.Advance(time.Minute)
+		wantShapes(t, h.Log.Of(id), shape{1, 0, 0}, shape{2, 0, 0})
+	})
 }
 
 // Package queuey names a queue as the QueueSet does, everywhere: in what a

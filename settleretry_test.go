@@ -48,7 +48,8 @@ func (r *refusingDeadLetters) DeadLetter(ctx context.Context, dl broker.DeadLett
 // jittered down to no less than half), and the job runs once more only
 // after the delay it asked for.
 func TestAFailedDeferralIsHeldAgainWithoutRunningTheHandler(t *testing.T) {
-	opts := &clocktest.Options{WrapBackend: func(b *memory.Backend) broker.Backend {
+	hl := &hookLog{}
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Hooks: hl.hooks()}, WrapBackend: func(b *memory.Backend) broker.Backend {
 		r := &refusingHolds{Backend: b}
 		r.refuse.Store(1)
 		return r
@@ -73,6 +74,7 @@ func TestAFailedDeferralIsHeldAgainWithoutRunningTheHandler(t *testing.T) {
 		if len(runs) == 2 && runs[1].At.Sub(runs[0].At) < 10*time.Second {
 			t.Errorf("ran again %v after deferring for 10s: early", runs[1].At.Sub(runs[0].At))
 		}
+		hl.wantResults(t, queuey.Deferred, queuey.Succeeded) // once each: the settle tried again tells its outcome
 	})
 }
 
@@ -90,9 +92,9 @@ func TestAHoldTheBrokerKeepsRefusingEndsInTheDeadLetters(t *testing.T) {
 		{"retry", alphaJob{plan{Fail: 1}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			logs := &logRecorder{}
+			logs, hl := &logRecorder{}, &hookLog{}
 			opts := &clocktest.Options{
-				Worker: queuey.WorkerConfig{PoisonAfter: 1},
+				Worker: queuey.WorkerConfig{PoisonAfter: 1, Hooks: hl.hooks()},
 				Logger: slog.New(logs),
 				WrapBackend: func(b *memory.Backend) broker.Backend {
 					r := &refusingHolds{Backend: b}
@@ -124,6 +126,7 @@ func TestAHoldTheBrokerKeepsRefusingEndsInTheDeadLetters(t *testing.T) {
 				if n, held := h.Backend.InFlight(q), h.Backend.Held(q); n != 0 || held != 0 {
 					t.Errorf("%d in flight and %d held, want none", n, held)
 				}
+				hl.wantResults(t, queuey.DeadLettered)
 			})
 		})
 	}
@@ -132,7 +135,8 @@ func TestAHoldTheBrokerKeepsRefusingEndsInTheDeadLetters(t *testing.T) {
 // A dead letter that cannot be published stays unacked and is tried again,
 // at a backoff, until it goes through; the handler does not run again.
 func TestADeadLetterIsTriedAgainUntilItGoesThrough(t *testing.T) {
-	opts := &clocktest.Options{WrapBackend: func(b *memory.Backend) broker.Backend {
+	hl := &hookLog{}
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Hooks: hl.hooks()}, WrapBackend: func(b *memory.Backend) broker.Backend {
 		r := &refusingDeadLetters{Backend: b}
 		r.refuse.Store(10) // the tenth is 90.5 s after the first at the earliest, 181 s at the latest
 		return r
@@ -154,6 +158,7 @@ func TestADeadLetterIsTriedAgainUntilItGoesThrough(t *testing.T) {
 		if got := h.Worker.SettleFailures(); got != 10 {
 			t.Errorf("settle failures: got %d, want 10", got)
 		}
+		hl.wantResults(t, queuey.DeadLettered)
 	})
 }
 
