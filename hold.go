@@ -150,15 +150,23 @@ func (a *holdActor) ask(ctx context.Context, msg broker.Message, d time.Duration
 // and a backlog taken up before the job lands would run first.
 const laneLanding = 500 * time.Millisecond
 
+// holdLanding is how much longer than its wait a pause on a classic queue
+// lasts: the broker hands an expired message to its work queue some time
+// after its TTL ends (a few milliseconds on an idle broker, tens under
+// load), and the pause, timed from the hold's confirm, ends only a round
+// trip or two after the TTL's start; a backlog taken up before the job
+// lands would take the prefetch slots and run first.
+const holdLanding = 100 * time.Millisecond
+
 // pauseFor is how long a PauseQueue of d pauses queue (a broker name):
-// until its job is back. On a quorum queue that is the delay levels' whole
-// seconds, and laneLanding more.
+// until its job is back. That is its hold's wait and holdLanding more; on
+// a quorum queue, the delay levels' whole seconds and laneLanding more.
 func (s *queueSet) pauseFor(queue string, d time.Duration) time.Duration {
 	ttl, _ := broker.HoldTTL(d, s.deferGranularity)
 	if q := s.byBroker[queue]; q != nil && q.qtype == broker.Quorum {
 		return broker.LevelsTTL(ttl) + laneLanding
 	}
-	return ttl
+	return ttl + holdLanding
 }
 
 // quorum reports whether queue (a broker name) is a quorum queue of the

@@ -230,9 +230,12 @@ func TestAPausedQueueIsAnEventOfTheRunThatPausedIt(t *testing.T) {
 	clocktest.Run(t, set, r.options(), func(t *testing.T, h *clocktest.Harness) {
 		handle(t, h)
 		id := r.enqueue(t, h, set, job{Name: "api", Defers: 1, DeferFor: 30 * time.Second, Pause: true})
-		h.Advance(30 * time.Second)
+		// The pause lasts the wait and a tenth of a second more (the
+		// broker's landing of the expired job: queuey.PauseQueue).
+		pause := 30*time.Second + 100*time.Millisecond
+		h.Advance(pause)
 
-		until := clocktest.Epoch.Add(30 * time.Second).Format(time.RFC3339Nano)
+		until := clocktest.Epoch.Add(pause).Format(time.RFC3339Nano)
 		diffSpans(t, lifecycle(t, r.spans.Ended(), id), []spanView{
 			sendView(id, "enqueue", 1, 0, 0),
 			processView(id, 1, 0, 0, queuey.Deferred).events(
