@@ -788,26 +788,7 @@ func (s *session) declare(ctx context.Context, name string, durable bool, args a
 // is not read, so a declaration waits for the block to lift, bounded by
 // ctx, before it is sent.
 func (s *session) onDeclCh(ctx context.Context, what, name string, call func(*amqp.Channel) error) error {
-	if err := s.waitUnblocked(ctx); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := acquire(ctx, s.declSem, what+" "+strconv.Quote(name)); err != nil {
-		return err
-	}
-	defer func() { <-s.declSem }()
-	err := s.guard(ctx, callRequest, what, name, func() error {
-		if s.declCh == nil || s.declCh.IsClosed() {
-			ch, err := s.conn.Channel()
-			if err != nil {
-				return err
-			}
-			s.declCh = ch
-		}
-		return call(s.declCh)
-	})
+	err := s.onDeclChRaw(ctx, what, name, call)
 	var amqpErr *amqp.Error
 	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.PreconditionFailed {
 		return inequivalent(name, amqpErr.Reason)
@@ -819,6 +800,32 @@ func (s *session) onDeclCh(ctx context.Context, what, name string, call func(*am
 		return lostOr(err)
 	}
 	return nil
+}
+
+// onDeclChRaw is onDeclCh without its reading of the broker's refusals:
+// call's error as amqp091 gives it. A refusal closes the channel; the
+// next call opens another.
+func (s *session) onDeclChRaw(ctx context.Context, what, name string, call func(*amqp.Channel) error) error {
+	if err := s.waitUnblocked(ctx); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := acquire(ctx, s.declSem, what+" "+strconv.Quote(name)); err != nil {
+		return err
+	}
+	defer func() { <-s.declSem }()
+	return s.guard(ctx, callRequest, what, name, func() error {
+		if s.declCh == nil || s.declCh.IsClosed() {
+			ch, err := s.conn.Channel()
+			if err != nil {
+				return err
+			}
+			s.declCh = ch
+		}
+		return call(s.declCh)
+	})
 }
 
 // inequivalent explains a declaration of queue name that the broker
@@ -852,9 +859,11 @@ func inequivalent(name, reason string) error {
 		broker.ErrPreconditionFailed, name, differs, reason, hint)
 }
 
-// depth passive-declares queue on a channel of its own: a missing queue
-// closes the channel it was asked on. Like declare, it waits for a block
-// to lift first.
+// depth passive-declares queue on the declaration channel (onDeclCh),
+// which a missing queue closes and the next call opens again: an
+// inspection costs one round trip, not three (a channel opened and closed
+// for it, as it was), and the broker no channel process per call. Like
+// declare, it waits for a block to lift first.
 func (s *session) depth(ctx context.Context, queue string) (int, error) {
 	q, err := s.inspect(ctx, queue)
 	return q.Messages, err
@@ -862,19 +871,8 @@ func (s *session) depth(ctx context.Context, queue string) (int, error) {
 
 // inspect is what a passive declare of queue says (depth).
 func (s *session) inspect(ctx context.Context, queue string) (amqp.Queue, error) {
-	if err := s.waitUnblocked(ctx); err != nil {
-		return amqp.Queue{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return amqp.Queue{}, err
-	}
 	var q amqp.Queue
-	err := s.guard(ctx, callRequest, "depth of", queue, func() error {
-		ch, err := s.conn.Channel()
-		if err != nil {
-			return err
-		}
-		defer ch.Close()
+	err := s.onDeclChRaw(ctx, "depth of", queue, func(ch *amqp.Channel) (err error) {
 		q, err = ch.QueueDeclarePassive(queue, false, false, false, false, nil)
 		return err
 	})

@@ -1311,3 +1311,40 @@ func TestAChangedDurabilityIsExplainedAsSuch(t *testing.T) {
 		t.Errorf("got %q, want ErrPreconditionFailed naming 'durable' and Queue.Transient, and no word of x-max-priority", text)
 	}
 }
+
+// An inspection of a queue (Depth, the check of a work queue beside each
+// hold) is one passive declare on the declaration channel: it does not
+// open and close a channel of its own each time, which cost two more round
+// trips and the broker a channel process per call. A missing queue, which
+// closes the channel it was asked on, leaves the next inspection working.
+func TestAnInspectionIsOnePassiveDeclare(t *testing.T) {
+	prefix := unique("inspect")
+	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	b := rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { _ = b.Close() })
+	q := prefix + ".work"
+	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Depth(t.Context(), q+".missing"); !errors.Is(err, broker.ErrNoQueue) {
+		t.Fatalf("Depth of a missing queue: %v, want ErrNoQueue", err)
+	}
+	if n, err := b.Depth(t.Context(), q); err != nil || n != 0 {
+		t.Fatalf("Depth after a missing queue's: %d, %v; want 0, nil", n, err)
+	}
+	const inspections = 20
+	before := rabbitmq.Written(b)
+	for range inspections {
+		if _, err := b.Depth(t.Context(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A queue.declare frame: 7 bytes of header and 1 of end around the
+	// method (4), a reserved short (2), the name (1+len), the flags (1)
+	// and an empty table (4). A channel.open and a channel.close around
+	// it would add 32.
+	declare := 8 + 4 + 2 + 1 + len(q) + 1 + 4
+	if per := float64(rabbitmq.Written(b)-before) / inspections; per > float64(declare)+4 {
+		t.Errorf("%.1f bytes written per inspection, want those of one passive declare: %d", per, declare)
+	}
+}

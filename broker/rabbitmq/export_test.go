@@ -9,3 +9,15 @@ func SetAnswerCap(t interface{ Cleanup(func()) }, d time.Duration) {
 	answerCap = d
 	t.Cleanup(func() { answerCap = old })
 }
+
+// Written is how many bytes b's publishing connection has written to its
+// socket (0 before it is connected).
+func Written(b *Backend) int64 {
+	b.mu.Lock()
+	s := b.pub.conn
+	b.mu.Unlock()
+	if s == nil {
+		return 0
+	}
+	return s.written()
+}
