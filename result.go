@@ -51,9 +51,8 @@ func (e *PauseError) Error() string {
 // first: after its wait and a tenth of a second more, for the broker to
 // hand the expired job on (on a Quorum queue: after the whole seconds its
 // wait is rounded up to, and half a second more, for it to reach the
-// lane). Return it
-// when an API answers 429 with a Retry-After that holds for every job of
-// the queue. Other queues are not affected.
+// lane). Return it when an API answers 429 with a Retry-After that holds
+// for every job of the queue. Other queues are not affected.
 func PauseQueue(d time.Duration, reason string) error {
 	if reason == "" {
 		reason = "rate limited"
