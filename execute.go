@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"runtime/debug"
 	"time"
 
@@ -277,27 +278,40 @@ func (w *Worker) call(ctx context.Context, q *queueConfig, h handler, job decode
 // this call's copy of it to the heap. A middleware's panic is the run's,
 // as the handler's is.
 func (w *Worker) callThroughMiddleware(ctx context.Context, h handler, job decodedJob, jc JobContext) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = &panicError{value: r, stack: debug.Stack()}
-		}
-	}()
+	returned := false
+	defer func() { err = panicked(recover(), returned, err) }()
 	run := func(ctx context.Context) error { return runGuarded(ctx, h, job, jc) }
 	for i := len(w.middleware) - 1; i >= 0; i-- {
 		m, next := w.middleware[i], run
 		run = func(ctx context.Context) error { return m(ctx, jc, next) }
 	}
-	return run(ctx)
+	err = run(ctx)
+	returned = true
+	return err
 }
 
 // runGuarded runs the handler, turning a panic into a *panicError.
 func runGuarded(ctx context.Context, h handler, job decodedJob, jc JobContext) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = &panicError{value: r, stack: debug.Stack()}
-		}
-	}()
-	return h.run(ctx, job, jc)
+	returned := false
+	defer func() { err = panicked(recover(), returned, err) }()
+	err = h.run(ctx, job, jc)
+	returned = true
+	return err
+}
+
+// panicked is a run's error once it is over: a *panicError when it did
+// not return, err when it did. A run that neither returned nor gave
+// recover a value panicked with nil under GODEBUG=panicnil=1, where
+// recover gives nil for it: a panic all the same, whose run must not
+// count as done.
+func panicked(r any, returned bool, err error) error {
+	if r == nil && !returned {
+		r = new(runtime.PanicNilError)
+	}
+	if r == nil {
+		return err
+	}
+	return &panicError{value: r, stack: debug.Stack()}
 }
 
 // guardHook calls a hook, turning a panic in it into an error log: a bug in

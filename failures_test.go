@@ -14,6 +14,7 @@ import (
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/memory"
 	"github.com/queuey-go/queuey/clocktest"
+	"github.com/queuey-go/queuey/internal/panicniltest"
 )
 
 // Scenario 7: rounding, the cap, and waits that need a declared queue.
@@ -337,6 +338,47 @@ func TestAPanicsValueStaysOutOfTheDeadLetterReason(t *testing.T) {
 			t.Errorf("dead letters: %+v, want one with reason %q", dead, want)
 		}
 	})
+}
+
+// A handler (or a middleware) that panics with nil under
+// GODEBUG=panicnil=1, where recover gives nil, has panicked all the same:
+// its run failed and is retried, not acked as if it had returned.
+func TestAHandlerPanickingWithNilUnderPanicnilHasFailed(t *testing.T) {
+	if !panicniltest.Under(t) {
+		return
+	}
+	for _, where := range []string{"handler", "middleware"} {
+		t.Run(where, func(t *testing.T) {
+			opts := &clocktest.Options{Logger: slog.New(slog.DiscardHandler)}
+			if where == "middleware" {
+				opts.Worker.Middleware = []queuey.Middleware{func(ctx context.Context, jc queuey.JobContext, next func(context.Context) error) error {
+					if jc.Attempt == 1 {
+						panic(nil)
+					}
+					return next(ctx)
+				}}
+			}
+			clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+				var attempts []int
+				must(t, queuey.Handle(h.Worker, func(_ context.Context, _ alphaJob, jc queuey.JobContext) error {
+					attempts = append(attempts, jc.Attempt)
+					if where == "handler" && jc.Attempt == 1 {
+						panic(nil)
+					}
+					return nil
+				}))
+				mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{named("nil")}))
+				h.Advance(time.Minute)
+				want := []int{1, 2}
+				if where == "middleware" {
+					want = []int{2} // the first attempt's middleware panicked before the handler
+				}
+				if fmt.Sprint(attempts) != fmt.Sprint(want) {
+					t.Errorf("the handler ran at attempts %v, want %v (the first failed, then a retry)", attempts, want)
+				}
+			})
+		})
+	}
 }
 
 // patientJob lives on alpha but retries 30 days apart, past the longest hold.

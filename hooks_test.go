@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"sync"
@@ -19,6 +17,7 @@ import (
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/clocktest"
+	"github.com/queuey-go/queuey/internal/panicniltest"
 )
 
 // hookLog records what the hooks were told.
@@ -301,12 +300,7 @@ func TestAPanickingHookDoesNotTakeTheWorkerDown(t *testing.T) {
 // its own ctx and go on (a job run under a nil ctx took the process down
 // as its retry was decided). The test runs itself again with the setting.
 func TestADeliverHookPanickingWithNilUnderPanicnilLeavesTheJobItsCtx(t *testing.T) {
-	if os.Getenv("QUEUEY_TEST_PANICNIL") == "" {
-		cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1")
-		cmd.Env = append(os.Environ(), "GODEBUG=panicnil=1", "QUEUEY_TEST_PANICNIL=1")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("with GODEBUG=panicnil=1: %v\n%s", err, out)
-		}
+	if !panicniltest.Under(t) {
 		return
 	}
 	hooks := &queuey.Hooks{Deliver: func(context.Context, *queuey.DeliveryInfo) (context.Context, func(queuey.Outcome)) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"sync/atomic"
 
@@ -69,12 +70,21 @@ func (a *Actor[M]) Run(ctx context.Context) error {
 // handle runs receive, turning a panic into a CrashError: receive is the
 // only user code the actor runs, so this is the one place to recover.
 func (a *Actor[M]) handle(ctx context.Context, msg M) (err error) {
+	returned := false
 	defer func() {
-		if p := recover(); p != nil {
+		p := recover()
+		if p == nil && !returned {
+			// A panic(nil) under GODEBUG=panicnil=1, which recover
+			// gives as nil: a crash all the same.
+			p = new(runtime.PanicNilError)
+		}
+		if p != nil {
 			err = newPanic(a.name, p, debug.Stack())
 		}
 	}()
-	if err := a.receive(ctx, msg); err != nil {
+	err = a.receive(ctx, msg)
+	returned = true
+	if err != nil {
 		return &CrashError{Actor: a.name, Err: err}
 	}
 	return nil

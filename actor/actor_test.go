@@ -3,6 +3,7 @@ package actor_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -11,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/queuey-go/queuey/actor"
+	"github.com/queuey-go/queuey/internal/panicniltest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -204,4 +206,26 @@ func TestSendBackpressure(t *testing.T) {
 			t.Errorf("handled %d messages ending %q, want 9 ending %q", n, got[n-1], "last")
 		}
 	})
+}
+
+// A receive that panics with nil under GODEBUG=panicnil=1, where recover
+// gives nil, has crashed all the same: the actor does not go on to its
+// next message as if the receive had returned. The test runs itself again
+// with the setting.
+func TestAPanicWithNilUnderPanicnilIsACrash(t *testing.T) {
+	if !panicniltest.Under(t) {
+		return
+	}
+	a := actor.New("hold", 1, func(context.Context, int) error { panic(nil) })
+	if err := a.Send(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	a.Stop()
+	var crash *actor.CrashError
+	if err := a.Run(t.Context()); !errors.As(err, &crash) {
+		t.Fatalf("Run = %v, want a *CrashError", err)
+	}
+	if _, ok := crash.Panic.(*runtime.PanicNilError); !ok {
+		t.Errorf("CrashError.Panic = %#v, want a *runtime.PanicNilError", crash.Panic)
+	}
 }

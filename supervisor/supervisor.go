@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"time"
@@ -119,12 +120,21 @@ func (r *run) start(ctx context.Context, i int) {
 
 // call runs a child, recovering a panic: the child is the user code here.
 func call(ctx context.Context, name string, fn func(context.Context) error) (err error) {
+	returned := false
 	defer func() {
-		if p := recover(); p != nil {
+		p := recover()
+		if p == nil && !returned {
+			// A panic(nil) under GODEBUG=panicnil=1, which recover
+			// gives as nil: a crash all the same.
+			p = new(runtime.PanicNilError)
+		}
+		if p != nil {
 			err = &CrashError{Child: name, Panic: p, Stack: debug.Stack()}
 		}
 	}()
-	return fn(ctx)
+	err = fn(ctx)
+	returned = true
+	return err
 }
 
 // exited handles a child that returned on its own: it restarts it alone

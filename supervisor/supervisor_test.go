@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	"github.com/queuey-go/queuey/internal/panicniltest"
 	"github.com/queuey-go/queuey/supervisor"
 )
 
@@ -305,6 +307,31 @@ func TestPanickingChildIsRestartedWithThePanicInItsError(t *testing.T) {
 		}
 		if crash.Child != "c" || crash.Panic != "boom" || !strings.Contains(string(crash.Stack), "supervisor_test.go") {
 			t.Errorf("CrashError{Child: %q, Panic: %v, Stack: %d bytes}, want child c, panic boom and a stack through the test", crash.Child, crash.Panic, len(crash.Stack))
+		}
+	})
+}
+
+// A child that panics with nil under GODEBUG=panicnil=1, where recover
+// gives nil, has crashed all the same: beyond the intensity the crash
+// comes back in Run's error, as any panic's. The test runs itself again
+// with the setting.
+func TestAChildPanickingWithNilUnderPanicnilHasCrashed(t *testing.T) {
+	if !panicniltest.Under(t) {
+		return
+	}
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness()
+		c, kill := h.child("c")
+		r := start(t, supervisor.New(h.spec(supervisor.Spec{Intensity: 1}), c))
+		kill <- func() error { panic(nil) }
+		h.advance(100 * time.Millisecond)
+		kill <- func() error { panic(nil) } // beyond the intensity
+		var crash *supervisor.CrashError
+		if err := <-r.result; !errors.As(err, &crash) {
+			t.Fatalf("Run = %v, want it to wrap a *CrashError", err)
+		}
+		if _, ok := crash.Panic.(*runtime.PanicNilError); !ok {
+			t.Errorf("CrashError.Panic = %#v, want a *runtime.PanicNilError", crash.Panic)
 		}
 	})
 }
