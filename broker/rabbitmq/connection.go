@@ -861,9 +861,8 @@ func inequivalent(name, reason string) error {
 
 // depth passive-declares queue on the declaration channel (onDeclCh),
 // which a missing queue closes and the next call opens again: an
-// inspection costs one round trip, not three (a channel opened and closed
-// for it, as it was), and the broker no channel process per call. Like
-// declare, it waits for a block to lift first.
+// inspection costs one round trip, and the broker no channel process per
+// call. Like declare, it waits for a block to lift first.
 func (s *session) depth(ctx context.Context, queue string) (int, error) {
 	q, err := s.inspect(ctx, queue)
 	return q.Messages, err
