@@ -2,22 +2,40 @@
 GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test demo lint fmt cover bench chaos fuzz cluster cluster-stop
+.PHONY: test faults demo lint fmt cover bench chaos fuzz cluster cluster-stop
 
-## test: the whole suite with the race detector (what CI runs), a short
-## fuzz of the envelope codec, then the fault tests (one of them starts
-## the local cluster of `make cluster` and kills its nodes)
+# MODULES are the repository's modules: the library, then the modules that
+# keep what only tests, examples and benchmarks need out of its
+# requirements (the OpenTelemetry SDK, its exporters, the peers' clients).
+# bench/peers has no tests; lint checks it with the others.
+MODULES      := . trace/sdktest examples/ratelimit
+LINT_MODULES := $(MODULES) bench/peers
+
+# PARALLEL is how many tests of a package run at once. The RabbitMQ tests
+# mostly wait for the broker and its TTLs, so more than the cores.
+PARALLEL ?= 8
+
+## test: vet, every module's tests with the race detector (both backends'
+## conformance suites; RabbitMQ on 127.0.0.1:5672 or QUEUEY_AMQP_URL) and a
+## short fuzz of the envelope codec. It leaves the broker as it found it:
+## the tests that restart, stop, freeze or alarm it, or start a cluster,
+## are the fault tests of `make faults`.
 test:
-	$(GO) vet ./...
-	$(GO) test -race -count=1 ./...
+	@for m in $(MODULES); do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...) || exit 1; done
+	@for m in $(MODULES); do echo "go test -race ($$m)"; (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
 	$(MAKE) --no-print-directory fuzz
-	@echo "fault tests (they restart the broker, so they run alone):"
-	QUEUEY_FAULTS=1 $(GO) test -race -count=1 -p 1 -run '^TestFault' ./broker/rabbitmq/ ./chaos/
+
+## faults: the fault tests, alone: they restart, stop, freeze and alarm
+## the broker on 127.0.0.1:5672 and start the local cluster of
+## `make cluster`, whose nodes they kill -9. Run them on a broker of your
+## own. `make chaos` adds the long faults.
+faults:
+	QUEUEY_FAULTS=1 $(GO) test -race -count=1 -p 1 -timeout 30m -run '^TestFault' ./broker/rabbitmq/ ./chaos/
 
 ## fuzz: the envelope's fast decoder and encoder against the strict
 ## reference codec, FUZZTIME each (a failing input is kept under
 ## broker/testdata/fuzz, where the plain tests replay it)
-FUZZTIME ?= 10s
+FUZZTIME ?= 5s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEnvelopeFastPathMatchesReference$$' -fuzztime $(FUZZTIME) ./broker/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEnvelopeFieldsMatchReference$$' -fuzztime $(FUZZTIME) ./broker/
@@ -27,11 +45,11 @@ fuzz:
 demo:
 	$(GO) run ./examples/quickstart
 
-## lint: formatting, vet and staticcheck
+## lint: formatting, then vet, staticcheck and `go mod tidy -diff` of
+## every module (a module's go.mod and go.sum hold exactly what it uses)
 lint:
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) run $(STATICCHECK) ./...
+	@for m in $(LINT_MODULES); do echo "lint ($$m)"; (cd $$m && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./... && $(GO) mod tidy -diff) || exit 1; done
 
 ## fmt: format the tree
 fmt:
@@ -39,7 +57,7 @@ fmt:
 
 ## cover: test coverage per package
 cover:
-	$(GO) test -count=1 -cover ./...
+	@for m in $(MODULES); do (cd $$m && $(GO) test -count=1 -cover ./...) || exit 1; done
 
 ## bench: queuey against raw amqp091-go (RabbitMQ on 127.0.0.1:5672) and the
 ## memory backend against a bare channel pool, one table with ratios and

@@ -185,6 +185,7 @@ func Run(t *testing.T, cfg Config) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each test has a backend and queues of its own
 			body := func(t *testing.T) {
 				e := &env{t: t, b: cfg.New(t), prefix: "qt." + randomHex(), slack: cfg.Slack, qtype: cfg.Type}
 				if e.slack == 0 {

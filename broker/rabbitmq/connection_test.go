@@ -34,6 +34,7 @@ import (
 const sentinel = "s3cr3t-sentinel-pw"
 
 func TestRefusedCredentialsAreReportedOnceWithoutThePassword(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, url string
 	}{
@@ -62,6 +63,7 @@ func TestRefusedCredentialsAreReportedOnceWithoutThePassword(t *testing.T) {
 }
 
 func TestNoBrokerSaysHowToStartOne(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -78,6 +80,7 @@ func TestNoBrokerSaysHowToStartOne(t *testing.T) {
 // speaks AMQP holds the handshake, which amqp091 runs without a ctx, only
 // as long as Dial's ctx lasts; an ended ctx is what the error wraps.
 func TestDialEndsWithItsCtx(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -117,6 +120,7 @@ func TestDialEndsWithItsCtx(t *testing.T) {
 }
 
 func TestAMQPSVerifiesCertificatesByDefault(t *testing.T) {
+	t.Parallel()
 	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}})
 	if err != nil {
 		t.Fatal(err)
@@ -145,6 +149,7 @@ func TestAMQPSVerifiesCertificatesByDefault(t *testing.T) {
 // character a URL reserves, not escaped, is the common cause; the parser's
 // own text would quote part of it.
 func TestAURLThatDoesNotParseSaysWhyWithoutThePassword(t *testing.T) {
+	t.Parallel()
 	for _, pw := range []string{"s3cr3t/sentinel", "s3cr3t#sentinel", "s3cr3t sentinel"} {
 		_, err := rabbitmq.Dial(t.Context(), "amqp://guest:"+pw+"@127.0.0.1:5672/", nil)
 		if err == nil || !strings.Contains(err.Error(), "percent-encoded") || strings.Contains(err.Error(), "s3cr3t") || strings.Contains(err.Error(), "sentinel") {
@@ -158,6 +163,7 @@ func TestAURLThatDoesNotParseSaysWhyWithoutThePassword(t *testing.T) {
 }
 
 func TestRedactHidesThePassword(t *testing.T) {
+	t.Parallel()
 	got := rabbitmq.Redact("amqps://user:" + sentinel + "@host:5671/vh")
 	if strings.Contains(got, sentinel) || !strings.Contains(got, "user:xxxxx@host:5671") {
 		t.Errorf("Redact: got %q", got)
@@ -170,6 +176,7 @@ func (pJob) Kind() string        { return "p" }
 func (pJob) Queue() queuey.Queue { return queuey.Queue{Name: "work"} }
 
 func TestAChangedMaxPriorityIsAClearErrorOnTheBroker(t *testing.T) {
+	t.Parallel()
 	prefix := unique("prio")
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
 	b := rabbittest.Dial(t, nil)
@@ -197,6 +204,7 @@ func TestAChangedMaxPriorityIsAClearErrorOnTheBroker(t *testing.T) {
 // While the broker cannot be reached, a publish waits for it, bounded by
 // its ctx, and goes through once the connection is back.
 func TestPublishesWaitForTheConnection(t *testing.T) {
+	t.Parallel()
 	proxy, b, q := throughProxy(t, "wait")
 	ctx := t.Context()
 	proxy.down()
@@ -218,6 +226,7 @@ func TestPublishesWaitForTheConnection(t *testing.T) {
 // message is confirmed, and every one reaches the queue (those whose
 // confirm was lost with the connection may arrive twice).
 func TestABatchOutlivesItsConnection(t *testing.T) {
+	t.Parallel()
 	proxy, b, q := throughProxy(t, "batchcut")
 	ctx := t.Context()
 	const n = 3000
@@ -270,6 +279,7 @@ func TestABatchOutlivesItsConnection(t *testing.T) {
 // string) closes the batch's channel under the publishes in flight beside
 // it: they are published again, and only the refused one fails.
 func TestABatchFailsOnlyTheRefusedPublish(t *testing.T) {
+	t.Parallel()
 	_, b, q := throughProxy(t, "batchrefused")
 	const n, bad = 600, 300
 	msgs := make([]broker.Message, n)
@@ -320,6 +330,7 @@ func TestABatchFailsOnlyTheRefusedPublish(t *testing.T) {
 // publish closes its channel under the others in flight on it: only the
 // refused ones may fail, and every other message arrives.
 func TestConcurrentPublishesFailOnlyTheRefusedOnes(t *testing.T) {
+	t.Parallel()
 	b := rabbittest.Dial(t, &rabbitmq.Options{PublishChannels: 1, Logger: slog.New(slog.DiscardHandler)})
 	defer b.Close()
 	q := unique("refusedconc") + ".work"
@@ -383,6 +394,7 @@ func TestConcurrentPublishesFailOnlyTheRefusedOnes(t *testing.T) {
 // once the broker has it, the queue is declared again if the declare has
 // grown old meanwhile.
 func TestALateHoldPublishOutlivesItsQueuesExpiry(t *testing.T) {
+	t.Parallel()
 	proxy, b, q := throughProxy(t, "latehold")
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -426,6 +438,7 @@ func TestALateHoldPublishOutlivesItsQueuesExpiry(t *testing.T) {
 // only when amqp091 next writes a heartbeat of its own, up to a heartbeat
 // interval later (a minute here).
 func TestCloseDoesNotWaitForAnAnswerThatNeverComes(t *testing.T) {
+	t.Parallel()
 	proxy, b, _ := dialThroughProxy(t, "close-muted", &rabbitmq.Options{Heartbeat: time.Minute})
 	proxy.mute()
 	closed := make(chan struct{})
@@ -450,6 +463,7 @@ func TestCloseDoesNotWaitForAnAnswerThatNeverComes(t *testing.T) {
 // given up, and once the broker reads again the backend publishes as
 // before.
 func TestCallsTheBrokerDoesNotTakeEndSoonAfterTheirCtx(t *testing.T) {
+	t.Parallel()
 	// Big enough to fill the socket's buffers, so that the write itself
 	// waits; made before any ctx starts.
 	bigBody := []byte(`"` + strings.Repeat("x", 16<<20) + `"`)
@@ -511,6 +525,7 @@ func TestCallsTheBrokerDoesNotTakeEndSoonAfterTheirCtx(t *testing.T) {
 // only until the answer cap (3 s here; 30 s in production), not for as
 // long as the socket moves.
 func TestARequestTheBrokerTakesButNeverAnswersEndsAtTheCap(t *testing.T) {
+	t.Parallel()
 	rabbitmq.SetAnswerCap(t, 3*time.Second)
 	proxy, b, queue := dialThroughProxy(t, "answer-cap", &rabbitmq.Options{Heartbeat: time.Second})
 	proxy.mute()
@@ -536,6 +551,7 @@ func TestARequestTheBrokerTakesButNeverAnswersEndsAtTheCap(t *testing.T) {
 // the message whole (the caller hears of its ctx while waiting for the
 // confirm).
 func TestAPublishThatMovesIsNotCutOff(t *testing.T) {
+	t.Parallel()
 	// One publishing channel: the broker confirms in order on a channel, so
 	// the confirm of a publish after the big one says the big one is in.
 	proxy, b, queue := dialThroughProxy(t, "slow-publish", &rabbitmq.Options{PublishChannels: 1})
@@ -571,6 +587,7 @@ func TestAPublishThatMovesIsNotCutOff(t *testing.T) {
 // never lift: the wait ends there, and the backend dials again, instead of
 // waiting on a dead connection for ever and publishing nothing more.
 func TestALostConnectionEndsTheRedeclaresWaitForABlock(t *testing.T) {
+	t.Parallel()
 	proxy, b, queue, told := dialToBlock(t, "redeclare-blocked")
 	// A second queue, so that declares are left when the block comes.
 	if err := b.Declare(t.Context(), broker.QueueSpec{Name: queue + ".more", Durable: true}); err != nil {
@@ -604,6 +621,7 @@ func TestALostConnectionEndsTheRedeclaresWaitForABlock(t *testing.T) {
 // again on the next connection, as a single publish does, rather than
 // fail.
 func TestABatchWaitingForABlockGoesOnTheNextConnection(t *testing.T) {
+	t.Parallel()
 	proxy, b, queue, told := dialToBlock(t, "batch-blocked")
 	// A declare sets the trap off: its queue is declared, then its
 	// dead-letter queue waits for the block to lift, until its ctx ends.
@@ -702,6 +720,7 @@ func publishSmall(t *testing.T, b *rabbitmq.Backend, queue string, n int) {
 // channel; one that waits behind a declare the broker does not answer
 // returns at its own ctx, not at the other's.
 func TestAWaitForADeclaresTurnEndsWithItsCtx(t *testing.T) {
+	t.Parallel()
 	proxy, b, queue := throughProxy(t, "declare-turn")
 	proxy.mute()
 	firstCtx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
@@ -1128,6 +1147,7 @@ func selfSigned(t *testing.T) tls.Certificate {
 }
 
 func TestFormattingABackendNeverShowsThePassword(t *testing.T) {
+	t.Parallel()
 	b := rabbittest.Dial(t, nil)
 	defer b.Close()
 	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
@@ -1143,6 +1163,7 @@ func TestFormattingABackendNeverShowsThePassword(t *testing.T) {
 // priority and correlation id, and the x-attempt and x-deferrals headers
 // as unsigned 32-bit integers (AMQP long-uint, as the Rust crate sends).
 func TestAPublishHasTheWireProperties(t *testing.T) {
+	t.Parallel()
 	b := rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
 	defer b.Close()
 	q := unique("wire") + ".work"
@@ -1189,6 +1210,7 @@ func TestAPublishHasTheWireProperties(t *testing.T) {
 // deliveries back, and a worker that took the end for its own stop would
 // let its handlers run on jobs that run again elsewhere.
 func TestAConsumerLostWhileItIsStoppedReportsTheLoss(t *testing.T) {
+	t.Parallel()
 	proxy, b, q := throughProxy(t, "lost-while-stopping")
 	c, err := b.Consume(t.Context(), q, 1)
 	if err != nil {
@@ -1223,6 +1245,7 @@ func TestAConsumerLostWhileItIsStoppedReportsTheLoss(t *testing.T) {
 // redacted, as one that does not speak AMQP 0-9-1, once; the amqp091
 // error stays under it for errors.As.
 func TestAPeerThatDoesNotSpeakAMQPIsSaidOnce(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -1264,6 +1287,7 @@ func TestAPeerThatDoesNotSpeakAMQPIsSaidOnce(t *testing.T) {
 // use) with 530 NOT_ALLOWED; that is said, and it is not ErrAccessRefused,
 // which is for the credentials.
 func TestAMissingVhostIsNotCalledARefusedPassword(t *testing.T) {
+	t.Parallel()
 	u, err := url.Parse(rabbittest.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -1291,6 +1315,7 @@ func TestAMissingVhostIsNotCalledARefusedPassword(t *testing.T) {
 // someone else, and transient by the backend, is refused with a hint about
 // durability (Queue.Transient), not about x-max-priority.
 func TestAChangedDurabilityIsExplainedAsSuch(t *testing.T) {
+	t.Parallel()
 	prefix := unique("durable")
 	name := prefix + ".work"
 	t.Cleanup(func() { rabbittest.DeleteQueues(t, name, name+".dead") })
@@ -1318,6 +1343,7 @@ func TestAChangedDurabilityIsExplainedAsSuch(t *testing.T) {
 // trips and the broker a channel process per call. A missing queue, which
 // closes the channel it was asked on, leaves the next inspection working.
 func TestAnInspectionIsOnePassiveDeclare(t *testing.T) {
+	t.Parallel()
 	prefix := unique("inspect")
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
 	b := rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})

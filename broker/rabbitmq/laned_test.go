@@ -14,6 +14,7 @@ import (
 // the two queues' first delivery reached the laned consumer first was
 // left to the scheduling of goroutines.
 func TestALanedConsumerStartsWithItsLane(t *testing.T) {
+	t.Parallel()
 	b := rabbittest.Dial(t, nil)
 	defer b.Close()
 	q := unique("lanefirst") + ".work"

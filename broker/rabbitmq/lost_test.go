@@ -17,6 +17,7 @@ import (
 // lostOr tells a connection that is gone (publish again on the next one)
 // from an answer of the broker (report it).
 func TestLostOrTellsALostConnectionFromAnAnswer(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		err  error
@@ -44,6 +45,7 @@ func TestLostOrTellsALostConnectionFromAnAnswer(t *testing.T) {
 // not yet read) is a lost connection, which a worker recovers from, not
 // broker.ErrClosed, which stops it.
 func TestAConsumerOfALostConnectionDoesNotSayTheBackendIsClosed(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		backendClosed bool
 		want          error

@@ -11,6 +11,7 @@ import (
 // redacted with a scheme or without, and where url.Parse fails; the rest
 // is kept, to say which broker it was.
 func TestRedactHidesThePasswordOfAnythingLikeAURL(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ in, want string }{
 		{"guest:s3cret@127.0.0.1:5672", "guest:xxxxx@127.0.0.1:5672"},
 		{"guest:s3cret@127.0.0.1:5672/vh", "guest:xxxxx@127.0.0.1:5672/vh"},
@@ -35,6 +36,7 @@ func TestRedactHidesThePasswordOfAnythingLikeAURL(t *testing.T) {
 // "guest:s3cret@host" for a URL of scheme "guest"; the error that says it
 // is not an AMQP URL quotes it redacted.
 func TestADialOfAURLWithoutASchemeHidesThePassword(t *testing.T) {
+	t.Parallel()
 	b, err := rabbitmq.Dial(t.Context(), "guest:s3cret@127.0.0.1:5672", nil)
 	if err == nil {
 		b.Close()

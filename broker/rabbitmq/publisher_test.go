@@ -21,6 +21,7 @@ import (
 // would close the connection, and the publish would be tried again on the
 // next one.
 func TestAPublishPastAMQPLimitsIsRefusedAndTheConnectionStays(t *testing.T) {
+	t.Parallel()
 	var lost atomic.Int64
 	b := rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(countingHandler{text: "connection lost", n: &lost})})
 	defer b.Close()
@@ -55,6 +56,7 @@ func TestAPublishPastAMQPLimitsIsRefusedAndTheConnectionStays(t *testing.T) {
 // its ctx ends, and then fails with both ErrNacked and ctx's error; once
 // there is room, publishes go through. So is each message of a batch.
 func TestANackedPublishIsTriedAgainUntilItsCtxEnds(t *testing.T) {
+	t.Parallel()
 	b := rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
 	defer b.Close()
 	q := unique("nacked") + ".work"

@@ -13,6 +13,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	brokertest.Run(t, brokertest.Config{
 		New:     func(t *testing.T) broker.Backend { return rabbittest.Dial(t, nil) },
 		Cleanup: func(t *testing.T, queues []string) { rabbittest.DeleteQueues(t, queues...) },
@@ -22,6 +23,7 @@ func TestConformance(t *testing.T) {
 // The same on the quorum topology, on the one broker: work queues, their
 // dead-letter queues and lanes as quorum queues, waits in the delay levels.
 func TestConformanceQuorum(t *testing.T) {
+	t.Parallel()
 	brokertest.Run(t, brokertest.Config{
 		New:     func(t *testing.T) broker.Backend { return rabbittest.Dial(t, nil) },
 		Cleanup: func(t *testing.T, queues []string) { rabbittest.DeleteQueues(t, queues...) },

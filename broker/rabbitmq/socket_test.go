@@ -14,6 +14,7 @@ import (
 // countedConn counts a big write as its pieces go, not once it is all
 // sent: guard reads the count to tell a slow network from a stopped one.
 func TestCountedConnCountsABigWriteAsItGoes(t *testing.T) {
+	t.Parallel()
 	client, server := net.Pipe()
 	defer client.Close()
 	defer server.Close()
@@ -69,6 +70,7 @@ func (c *writeCounter) Write(b []byte) (int, error) {
 // What is flushed while the socket is busy goes out in one write, in the
 // order it was flushed.
 func TestSocketWriterSendsWhatQueuedMeanwhileInOneWriteInOrder(t *testing.T) {
+	t.Parallel()
 	client, server := net.Pipe()
 	defer server.Close()
 	counter := &writeCounter{Conn: client}
@@ -106,6 +108,7 @@ func TestSocketWriterSendsWhatQueuedMeanwhileInOneWriteInOrder(t *testing.T) {
 // A write that fails fails the Writes after it, and closes the socket so
 // that amqp091's reader ends the connection.
 func TestSocketWriterFailsLaterWritesOnceAWriteFailed(t *testing.T) {
+	t.Parallel()
 	client, server := net.Pipe()
 	w := newSocketWriter(&countedConn{Conn: client})
 	defer w.Close()
@@ -125,6 +128,7 @@ func TestSocketWriterFailsLaterWritesOnceAWriteFailed(t *testing.T) {
 
 // Close sends what is queued before it closes the socket.
 func TestSocketWriterCloseSendsWhatIsQueuedFirst(t *testing.T) {
+	t.Parallel()
 	client, server := net.Pipe()
 	defer server.Close()
 	w := newSocketWriter(&countedConn{Conn: client})
@@ -151,6 +155,7 @@ func TestSocketWriterCloseSendsWhatIsQueuedFirst(t *testing.T) {
 
 // A peer that reads nothing does not hold Close past its drain.
 func TestSocketWriterCloseGivesUpAStuckWrite(t *testing.T) {
+	t.Parallel()
 	client, server := net.Pipe()
 	defer server.Close()
 	w := newSocketWriter(&countedConn{Conn: client})
@@ -175,6 +180,7 @@ func TestSocketWriterCloseGivesUpAStuckWrite(t *testing.T) {
 // reads holds the publish in its write (where guard looks) and what waits
 // in memory stays small.
 func TestSocketWriterBigPieceWaitsForTheSocket(t *testing.T) {
+	t.Parallel()
 	client, server := net.Pipe()
 	defer server.Close()
 	w := newSocketWriter(&countedConn{Conn: client})
@@ -207,6 +213,7 @@ func TestSocketWriterBigPieceWaitsForTheSocket(t *testing.T) {
 // write to a closed socket does (a *net.OpError), so that lostOr reports
 // the connection lost and the publish is made again on the next one.
 func TestSocketWriterAWriteAfterCloseIsALostConnection(t *testing.T) {
+	t.Parallel()
 	client, server := net.Pipe()
 	defer server.Close()
 	w := newSocketWriter(&countedConn{Conn: client})
@@ -225,6 +232,7 @@ func TestSocketWriterAWriteAfterCloseIsALostConnection(t *testing.T) {
 // connection.close-ok or an ack queued behind a burst of publishes is not
 // dropped.
 func TestSocketWriterCloseSendsAllThatIsQueued(t *testing.T) {
+	t.Parallel()
 	client, server := net.Pipe()
 	defer server.Close()
 	w := newSocketWriter(&countedConn{Conn: client})
@@ -271,6 +279,7 @@ func (c *failingConn) Close() error {
 // amqp091's reader, which notices first, says why the connection ended
 // (a reset, a timeout), not that the socket was closed.
 func TestSocketWriterReadSaysWhyTheWriteFailed(t *testing.T) {
+	t.Parallel()
 	errReset := errors.New("connection reset by peer")
 	conn := &failingConn{err: errReset, closed: make(chan struct{})}
 	w := newSocketWriter(&countedConn{Conn: conn})

@@ -32,6 +32,7 @@ func (plainJob) Queue() queuey.Queue { return queuey.Queue{Name: "plain"} }
 // The topology of ARCHITECTURE.md §1 ("Waiting: hold queues"), read back
 // from the broker itself.
 func TestTopologyReadBackFromTheBroker(t *testing.T) {
+	t.Parallel()
 	prefix := unique("topo")
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
 	b := rabbittest.Dial(t, nil)
@@ -74,6 +75,7 @@ func TestTopologyReadBackFromTheBroker(t *testing.T) {
 // A returned message is never reported as published, with many publishes
 // in flight on the same channels at once.
 func TestUnroutablePublishesAreNeverReportedAsSent(t *testing.T) {
+	t.Parallel()
 	prefix := unique("returns")
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
 	b := rabbittest.Dial(t, &rabbitmqOptionsFewChannels)
@@ -115,6 +117,7 @@ func TestUnroutablePublishesAreNeverReportedAsSent(t *testing.T) {
 // x-expires counts declares, not publishes: feeding one hold queue for 3×
 // its TTL loses nothing because it is redeclared often enough.
 func TestAHoldQueueFedForThreeTTLsLosesNothing(t *testing.T) {
+	t.Parallel()
 	prefix := unique("feed")
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
 	b := rabbittest.Dial(t, nil)
@@ -162,6 +165,7 @@ func TestAHoldQueueFedForThreeTTLsLosesNothing(t *testing.T) {
 // A hold queue deleted behind the backend's back is declared again on the
 // next hold, not only after TTL/2.
 func TestADeletedHoldQueueIsDeclaredAgainAtOnce(t *testing.T) {
+	t.Parallel()
 	prefix := unique("holddel")
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
 	b := rabbittest.Dial(t, nil)
@@ -187,6 +191,7 @@ func TestADeletedHoldQueueIsDeclaredAgainAtOnce(t *testing.T) {
 // ended, the broker would dead-letter it to a queue that does not exist
 // and drop it. The work queue is declared again, as the producer knows it.
 func TestAJobHeldWhileItsWorkQueueIsGoneArrives(t *testing.T) {
+	t.Parallel()
 	prefix := unique("holdgone")
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
 	b := rabbittest.Dial(t, nil)
@@ -246,6 +251,7 @@ func TestAJobHeldWhileItsWorkQueueIsGoneArrives(t *testing.T) {
 // the conformance suite's holds on the quorum topology; the message
 // counts list_queues gives for a quorum queue lag by seconds.)
 func TestQuorumTopologyReadBackFromTheBroker(t *testing.T) {
+	t.Parallel()
 	prefix := unique("quorumtopo")
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
 	b := rabbittest.Dial(t, nil)
@@ -279,6 +285,7 @@ func TestQuorumTopologyReadBackFromTheBroker(t *testing.T) {
 // A queue declared classic and then quorum (or the other way) is refused
 // with PRECONDITION_FAILED, said with the fix.
 func TestChangingAQueuesTypeIsRefusedWithTheFix(t *testing.T) {
+	t.Parallel()
 	prefix := unique("retype")
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
 	b := rabbittest.Dial(t, nil)
@@ -296,6 +303,7 @@ func TestChangingAQueuesTypeIsRefusedWithTheFix(t *testing.T) {
 // A delay level deleted behind the backend's back (its queue, by hand) is
 // declared again by the next hold into it, and the held job arrives.
 func TestADeletedDelayLevelIsDeclaredAgain(t *testing.T) {
+	t.Parallel()
 	b := rabbittest.Dial(t, nil)
 	defer b.Close()
 	q := unique("levelgone") + ".work"
@@ -342,6 +350,7 @@ func firstDelivery(t *testing.T, b *rabbitmq.Backend, queue, id string, within t
 // of them, unroutable, and with 32 held it took nothing more: every wait
 // through that level, for every queue, was stuck for good.)
 func TestWaitsForADeletedQueueGoToTheOrphansAndTheLevelGoesOn(t *testing.T) {
+	t.Parallel()
 	b := rabbittest.Dial(t, nil)
 	defer b.Close()
 	gone, alive := unique("orphaned")+".work", unique("alive")+".work"

@@ -194,6 +194,7 @@ func names(runs []run) string {
 }
 
 func TestADeferredJobOvertakesABacklogOfTwenty(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 1}, nil)
 	r.enqueue(job{Name: "limited", Defers: 1})
 	for i := range 20 {
@@ -220,6 +221,7 @@ func TestADeferredJobOvertakesABacklogOfTwenty(t *testing.T) {
 }
 
 func TestWithoutPrioritiesADeferredJobComesBackFIFOOnTheBroker(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 1, MaxPriority: queuey.NoPriorities}, nil)
 	r.enqueue(job{Name: "limited", Defers: 1})
 	for i := range 20 {
@@ -235,6 +237,7 @@ func TestWithoutPrioritiesADeferredJobComesBackFIFOOnTheBroker(t *testing.T) {
 }
 
 func TestAShortRetryIsNotStuckBehindALongOne(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 2}, nil)
 	r.enqueue(job{Name: "six", Fail: 1, Attempts: 2, Backoff: 6 * time.Second})
 	r.enqueue(job{Name: "one", Fail: 1, Attempts: 2, Backoff: time.Second})
@@ -252,6 +255,7 @@ func TestAShortRetryIsNotStuckBehindALongOne(t *testing.T) {
 // run: it reconnects by itself, loses nothing, and only jobs in flight at a
 // cut run twice.
 func TestTheWorkerSurvivesClosedConnections(t *testing.T) {
+	t.Parallel()
 	name := unique("conn")
 	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 4}, &rabbitmq.Options{ConnectionName: name, ReconnectMin: 50 * time.Millisecond})
 	const jobs = 40
@@ -349,6 +353,7 @@ func TestFaultBrokerRestartKeepsHeldJobs(t *testing.T) {
 // A work queue deleted behind the worker's back is declared again and
 // consumed again; the worker keeps running.
 func TestADeletedWorkQueueIsDeclaredAgain(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 1}, nil)
 	r.start(2)
 	r.enqueue(job{Name: "before"})
@@ -378,6 +383,7 @@ func TestADeletedWorkQueueIsDeclaredAgain(t *testing.T) {
 // times at a growing backoff, and then it is in the dead letters with the
 // broker's refusal for a reason; nothing is left on the queue.
 func TestAHoldQueueDeclaredWithOtherArgumentsEndsInTheDeadLetters(t *testing.T) {
+	t.Parallel()
 	r := newRigWith(t, queuey.Queue{Name: "work", Prefetch: 2}, nil, func(c *queuey.WorkerConfig) {
 		c.Concurrency, c.RepublishDelay = 2, 20*time.Millisecond
 	})
@@ -407,6 +413,7 @@ func TestAHoldQueueDeclaredWithOtherArgumentsEndsInTheDeadLetters(t *testing.T) 
 // A dead-letter queue deleted under a running worker is declared again at
 // the next dead letter, which lands in it; the job ran once.
 func TestADeletedDeadLetterQueueIsDeclaredAgain(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 1}, nil)
 	q := r.prefix + ".work"
 	r.start(1)
@@ -466,6 +473,7 @@ func readDeadLetters(t *testing.T, b *rabbitmq.Backend, queue string, n int, wit
 // A body that is not an envelope is moved to the dead letters verbatim,
 // with its reason, and the queue keeps flowing.
 func TestAMalformedBodyIsDeadLetteredVerbatim(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 1}, nil)
 	q := r.prefix + ".work"
 	garbage := []byte("\x00{not an envelope")
@@ -511,6 +519,7 @@ func TestFaultAMemoryAlarmBlocksPublishesUntilTheirDeadline(t *testing.T) {
 // The worker-level suite (pause, retry overrides, dead-letter hook and
 // replay, correlation ids) on the real broker, as on the memory backend.
 func TestWorkerSuite(t *testing.T) {
+	t.Parallel()
 	workertest.Run(t, workertest.Config{
 		New: func(t *testing.T) broker.Backend {
 			return rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
@@ -521,6 +530,7 @@ func TestWorkerSuite(t *testing.T) {
 
 // The same on the quorum topology, on the one broker.
 func TestWorkerSuiteQuorum(t *testing.T) {
+	t.Parallel()
 	workertest.Run(t, workertest.Config{
 		New: func(t *testing.T) broker.Backend {
 			return rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
@@ -653,6 +663,7 @@ func rawEnvelope(queue string, edit func(map[string]any)) []byte {
 // or cut where they would have to travel in a frame; none of them takes
 // the connection down, and each dead letter is published once.
 func TestValuesPastAMQPLimitsAreDeadLetteredWithoutLosingTheConnection(t *testing.T) {
+	t.Parallel()
 	var lost atomic.Int64
 	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 4}, &rabbitmq.Options{Logger: slog.New(countingHandler{text: "connection lost", n: &lost})})
 	q := r.prefix + ".work"
@@ -691,6 +702,7 @@ func TestValuesPastAMQPLimitsAreDeadLetteredWithoutLosingTheConnection(t *testin
 // distribution) is dead-lettered once, without the header: copied as a
 // string, the broker refused it, and the delivery came back for ever.
 func TestABodyWithACCHeaderIsDeadLetteredOnce(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 1}, nil)
 	q := r.prefix + ".work"
 	other := r.prefix + ".elsewhere"
@@ -717,6 +729,7 @@ func TestABodyWithACCHeaderIsDeadLetteredOnce(t *testing.T) {
 // naming the queue, the argument and what to do, once as it consumes the
 // queue again (not once per job), and goes on running its jobs.
 func TestAWorkQueueDeclaredAgainWithoutPrioritiesIsReportedAtError(t *testing.T) {
+	t.Parallel()
 	logs := &logSink{changed: make(chan struct{})}
 	r := newRigWith(t, queuey.Queue{Name: "work", Prefetch: 1}, &rabbitmq.Options{Logger: slog.New(logs.handler("backend"))},
 		func(c *queuey.WorkerConfig) { c.Logger = slog.New(logs.handler("worker")) })
@@ -860,6 +873,7 @@ func (h sinkHandler) Handle(_ context.Context, r slog.Record) error {
 // says so (not a lost connection), and its channel is closed rather than
 // left open on the consumers' connection, one more each time.
 func TestAConsumerCancelledByTheBrokerSaysSoAndClosesItsChannel(t *testing.T) {
+	t.Parallel()
 	prefix := unique("cancelled")
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
 	b := rabbittest.Dial(t, &rabbitmq.Options{ConnectionName: prefix, Logger: slog.New(slog.DiscardHandler)})
@@ -923,6 +937,7 @@ func (tickJob) Queue() queuey.Queue { return queuey.Queue{Name: "ticks"} }
 // A schedule of a quorum queue set fires on the broker and keeps its
 // state on a quorum queue, which outlives the node it was declared on.
 func TestAScheduleOfAQuorumSetKeepsItsStateOnAQuorumQueue(t *testing.T) {
+	t.Parallel()
 	prefix := unique("qsched")
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
 	b := rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})

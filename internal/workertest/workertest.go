@@ -57,6 +57,7 @@ func Run(t *testing.T, cfg Config) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each test has a backend and queues of its own
 			if cfg.Bubble {
 				synctest.Test(t, func(t *testing.T) { tc.test(newEnv(t, cfg)) })
 				return

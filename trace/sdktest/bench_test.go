@@ -1,4 +1,4 @@
-package trace_test
+package sdktest_test
 
 import (
 	"context"

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package trace_test
+package sdktest_test
 
 import (
 	"testing"
