@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -66,6 +67,20 @@ const (
 	// SkipMissed fires none; the next tick to come fires.
 	SkipMissed
 )
+
+// String is the constant's name ("FireLatest", "FireAll", "SkipMissed"),
+// or "MissedTicks(n)" for a value that is none of them.
+func (m MissedTicks) String() string {
+	switch m {
+	case FireLatest:
+		return "FireLatest"
+	case FireAll:
+		return "FireAll"
+	case SkipMissed:
+		return "SkipMissed"
+	}
+	return "MissedTicks(" + strconv.Itoa(int(m)) + ")"
+}
 
 // MaxCatchUp bounds the ticks FireAll fires at once.
 const MaxCatchUp = 1000

@@ -98,7 +98,7 @@ func TestADeferralIsLoggedAtInfo(t *testing.T) {
 				id = mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{}))
 				h.Advance(10 * time.Second)
 			})
-			lines := jobLines(t, logs.Bytes(), id)
+			lines := jsonLines(t, logs.Bytes(), "job_id", id)
 			if tc.result == nil {
 				if len(lines) != 0 {
 					t.Errorf("a success logged %v at INFO or above, want nothing", lines)
@@ -120,18 +120,4 @@ func TestADeferralIsLoggedAtInfo(t *testing.T) {
 			}
 		})
 	}
-}
-
-// jobLines are the JSON log lines in logs about the job id.
-func jobLines(t *testing.T, logs []byte, id string) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for line := range bytes.Lines(logs) {
-		var l map[string]any
-		must(t, json.Unmarshal(line, &l))
-		if l["job_id"] == id {
-			out = append(out, l)
-		}
-	}
-	return out
 }
