@@ -83,6 +83,38 @@ func TestAnIntervalScheduleFiresEveryTickOfThirtyDays(t *testing.T) {
 	}
 }
 
+// An interval schedule that never fired does not fire on start: it fires
+// first at the first multiple of Every strictly after its worker took the
+// lead, then at every multiple.
+func TestAnIntervalScheduleFiresFirstAtTheNextMultipleAfterItsStart(t *testing.T) {
+	day := 24 * time.Hour
+	for _, tt := range []struct {
+		every time.Duration
+		start time.Duration // after Epoch, a UTC midnight
+		want  []time.Time
+	}{
+		{time.Hour, 0, every(clocktest.Epoch.Add(time.Hour), time.Hour, 2)},
+		{time.Hour, 20 * time.Minute, every(clocktest.Epoch.Add(time.Hour), time.Hour, 2)},
+		{day, 10 * time.Hour, every(clocktest.Epoch.Add(day), day, 2)},
+	} {
+		var r ticked
+		clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+			h.Clock.Set(clocktest.Epoch.Add(tt.start)) // before the worker starts
+			must(t, queuey.Handle(h.Worker, r.handler(h.Clock)))
+			must(t, h.Worker.AddSchedule(queuey.Schedule{Name: "every", Job: alphaJob{named("tick")}, Every: tt.every}))
+			h.Advance(tt.want[len(tt.want)-1].Sub(clocktest.Epoch.Add(tt.start)))
+		})
+		if diff := cmp.Diff(tt.want, r.times()); diff != "" {
+			t.Errorf("every %v from +%v: ticks (-want +got):\n%s", tt.every, tt.start, diff)
+		}
+		for i, at := range r.at {
+			if !at.Equal(tt.want[i]) {
+				t.Errorf("every %v from +%v: tick %d ran at %v, want at its tick %v", tt.every, tt.start, i, at, tt.want[i])
+			}
+		}
+	}
+}
+
 // "Every day at 03:00 in Amsterdam" fires at 03:00 local time across the
 // change to summer time (2026-03-29): 02:00 UTC before, 01:00 UTC after.
 func TestACronScheduleFollowsItsTimeZoneAcrossADaylightSavingChange(t *testing.T) {
