@@ -48,8 +48,8 @@ func (e *PauseError) Error() string {
 // this worker until the job is back: the deliveries it holds go back to
 // the broker, running handlers finish, and consuming resumes once the
 // deferred job is on the queue again, at the top priority, so it runs
-// first. That is its wait (d rounded up to DeferGranularity) and 0.1 s
-// more, for the broker to hand the expired job on: PauseQueue(1500ms)
+// first: its wait (d rounded up to DeferGranularity) and 0.1 s later, the
+// 0.1 s for the broker to hand the expired job on. PauseQueue(1500ms)
 // runs the job again 2.1 s later at the default 1 s granularity. On a
 // Quorum queue: the whole seconds its wait is rounded up to, and 0.5 s
 // more, for it to reach the lane. Other queues are not affected, nor the

@@ -205,9 +205,9 @@ func handOver(t *testing.T, missed queuey.MissedTicks, gap, rest time.Duration) 
 func TestMissedTicksFollowTheSchedulesPolicy(t *testing.T) {
 	const firing = "firing ticks missed while no worker led the schedule"
 	for _, tt := range []struct {
-		missed  queuey.MissedTicks
-		want    []time.Time // after the first three ticks
-		wantLog string      // the policy firing's line names; "": no line
+		missed     queuey.MissedTicks
+		want       []time.Time // after the first three ticks
+		wantPolicy string      // what the missed-ticks line says; "": no line
 	}{
 		{queuey.FireLatest, append(every(clocktest.Epoch.Add(8*time.Hour), time.Hour, 1), every(clocktest.Epoch.Add(9*time.Hour), time.Hour, 2)...), "FireLatest"},
 		{queuey.FireAll, every(clocktest.Epoch.Add(4*time.Hour), time.Hour, 7), "FireAll"},
@@ -224,8 +224,8 @@ func TestMissedTicksFollowTheSchedulesPolicy(t *testing.T) {
 			policies = append(policies, l["policy"])
 		}
 		var wantPolicies []any
-		if tt.wantLog != "" {
-			wantPolicies = []any{tt.wantLog}
+		if tt.wantPolicy != "" {
+			wantPolicies = []any{tt.wantPolicy}
 		}
 		if !cmp.Equal(policies, wantPolicies) {
 			t.Errorf("policy %v: the policies of %q lines: got %v, want %v", tt.missed, firing, policies, wantPolicies)

@@ -329,7 +329,7 @@ func (w *Worker) settled(s *settlement) report {
 // success at DEBUG, so that a busy worker logs nothing per job that goes
 // well; a deferral (Defer or PauseQueue) at INFO, one line with its delay
 // and reason, for it is not a failure but says why a job is late; a retry
-// at WARN.
+// and a job held back for want of a handler at WARN.
 func (s *settlement) logSettled(w *Worker) {
 	switch s.out.Result {
 	case Succeeded:

@@ -34,8 +34,8 @@
 // it replayed (or that it replayed nothing), notices (a list cut short,
 // malformed dead letters), the broker's warnings, errors and the usage
 // after a usage error. So a replay writes to stderr only, and
-// "queuey dead list -json > dead.jsonl" still shows a note on the
-// terminal.
+// "queuey dead list -json > dead.jsonl" still says on the terminal when
+// the list was cut short.
 //
 // Exit status: 0 done, 1 a runtime error (the broker, a refused
 // declaration, a job id that is not there), 2 a usage error.
