@@ -1,7 +1,9 @@
 package queuey_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -206,4 +208,18 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// jsonLines are the lines of a JSON log whose attribute key is value.
+func jsonLines(t *testing.T, logs []byte, key string, value any) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for line := range bytes.Lines(logs) {
+		var l map[string]any
+		must(t, json.Unmarshal(line, &l))
+		if l[key] == value {
+			out = append(out, l)
+		}
+	}
+	return out
 }

@@ -187,3 +187,28 @@ func TestAPauseOnAQuorumQueueLastsUntilItsJobIsBack(t *testing.T) {
 		wantOrder(t, h, limited, limited, waiting)
 	})
 }
+
+// A paused job runs again its wait (rounded up to DeferGranularity) and
+// 0.1 s later, first, ahead of the backlog that came while it waited.
+func TestAPausedJobRunsAgainItsWaitAndATenthOfASecondLater(t *testing.T) {
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j betaJob, jc queuey.JobContext) error {
+			if j.Name == "limited" && jc.Deferrals == 0 {
+				return queuey.PauseQueue(1500*time.Millisecond, "429")
+			}
+			return nil
+		}))
+		limited := mustID(t)(h.Producer.Enqueue(t.Context(), betaJob{named("limited")}))
+		h.Advance(100 * time.Millisecond)
+		waiting := mustID(t)(h.Producer.Enqueue(t.Context(), betaJob{named("waiting")}))
+		h.Advance(5 * time.Second)
+		wantOrder(t, h, limited, limited, waiting)
+		runs := h.Log.Of(limited)
+		if len(runs) != 2 {
+			t.Fatalf("runs of the paused job: got %d, want 2", len(runs))
+		}
+		if got := runs[1].At.Sub(runs[0].At); got != 2100*time.Millisecond {
+			t.Errorf("the paused job ran again %v after its first run, want 2.1s (1.5s rounded up to 2s, and 0.1s)", got)
+		}
+	})
+}

@@ -46,13 +46,23 @@ func (e *PauseError) Error() string {
 
 // PauseQueue defers the job for d, as Defer does, and pauses its queue in
 // this worker until the job is back: the deliveries it holds go back to
-// the broker, running handlers finish, and consuming resumes when the
+// the broker, running handlers finish, and consuming resumes once the
 // deferred job is on the queue again, at the top priority, so it runs
-// first: after its wait and a tenth of a second more, for the broker to
-// hand the expired job on (on a Quorum queue: after the whole seconds its
-// wait is rounded up to, and half a second more, for it to reach the
-// lane). Return it when an API answers 429 with a Retry-After that holds
-// for every job of the queue. Other queues are not affected.
+// first: its wait (d rounded up to DeferGranularity) and 0.1 s later, the
+// 0.1 s for the broker to hand the expired job on. PauseQueue(1500ms)
+// runs the job again 2.1 s later at the default 1 s granularity. On a
+// Quorum queue: the whole seconds its wait is rounded up to, and 0.5 s
+// more, for it to reach the lane. Other queues are not affected, nor the
+// queue's consumers in other workers (each pauses when one of its own
+// jobs says so).
+//
+// Pause when the limit is the whole queue's: a rate limit or quota that
+// the account or API key shares, a maintenance window; every queue-mate
+// would be refused too, and a pause saves their calls and attempts.
+// Defer (Defer) when the refusal is the job's own: a per-call or
+// per-resource limit, a random or sporadic 429. Each pause stalls the
+// whole queue for the wait, so a pause on such a 429 holds back jobs that
+// would have gone through.
 func PauseQueue(d time.Duration, reason string) error {
 	if reason == "" {
 		reason = "rate limited"

@@ -24,16 +24,27 @@ type Backoff struct {
 	// broker.LongestHold of the queue set's RetryGranularity, where the
 	// worker caps every retry's wait.
 	Max time.Duration
-	// Jitter draws the wait uniformly from [0, computed] ("full jitter"),
-	// so failures of many jobs at once do not retry in lockstep.
+	// Jitter draws the wait uniformly from [0, computed) ("full jitter"),
+	// so failures of many jobs at once do not retry in lockstep; the draw
+	// is then rounded up to RetryGranularity like any wait.
 	Jitter bool
 }
 
 // FixedBackoff waits d before every retry.
 func FixedBackoff(d time.Duration) Backoff { return Backoff{Base: d} }
 
-// ExponentialBackoff waits 1 s, then twice as long per failed attempt, up
-// to 5 minutes, with full jitter.
+// ExponentialBackoff doubles from 1 s per failed attempt, up to 5 minutes,
+// with full jitter: its Delay after failed attempt n (1-based) is
+//
+//	U × min(1 s × 2^(n-1), 5 min),  U drawn uniformly from [0, 1)
+//
+// which the worker rounds up to the queue set's RetryGranularity (1 s by
+// default; a draw of 0 waits one step). So 1 s, 2 s, 4 s... are ceilings,
+// not the waits: at the default granularity the first retry waits 1 s,
+// the second 1 or 2 s, the third 1 to 4 s (1 s, 2 s, 1 s is a run as
+// likely as 1 s, 2 s, 4 s); before the rounding, each is half its ceiling
+// on average. For waits of exactly 1, 2, 4 s, leave Jitter off:
+// Backoff{Base: time.Second, Factor: 2, Max: 5 * time.Minute}.
 func ExponentialBackoff() Backoff {
 	return Backoff{Base: time.Second, Factor: 2, Max: 5 * time.Minute, Jitter: true}
 }

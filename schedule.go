@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,7 +34,12 @@ type Schedule struct {
 	// time (so at every whole hour for time.Hour, at UTC midnight for 24
 	// hours); at least a second, in whole milliseconds (the state a leader
 	// hands on keeps its ticks in milliseconds). Exactly one of Every and
-	// Cron is set.
+	// Cron is set. It never fires on start: a schedule that never fired
+	// fires first at the first multiple strictly after a worker took its
+	// lead (started at 10:20, an hourly one first fires at 11:00, a daily
+	// one at the next UTC midnight; started at 11:00 exactly, an hourly one
+	// fires at 12:00). One that fired before goes on from its last tick,
+	// which the broker keeps, with what it missed meanwhile as Missed says.
 	Every time.Duration
 	// Cron fires the schedule by a cron expression of five fields (minute,
 	// hour, day of month, month, day of week) or a descriptor (@daily,
@@ -66,6 +72,20 @@ const (
 	// SkipMissed fires none; the next tick to come fires.
 	SkipMissed
 )
+
+// String is the constant's name ("FireLatest", "FireAll", "SkipMissed"),
+// or "MissedTicks(n)" for a value that is none of them.
+func (m MissedTicks) String() string {
+	switch m {
+	case FireLatest:
+		return "FireLatest"
+	case FireAll:
+		return "FireAll"
+	case SkipMissed:
+		return "SkipMissed"
+	}
+	return "MissedTicks(" + strconv.Itoa(int(m)) + ")"
+}
 
 // MaxCatchUp bounds the ticks FireAll fires at once.
 const MaxCatchUp = 1000

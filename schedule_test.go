@@ -1,6 +1,7 @@
 package queuey_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -82,6 +83,38 @@ func TestAnIntervalScheduleFiresEveryTickOfThirtyDays(t *testing.T) {
 	}
 }
 
+// An interval schedule that never fired does not fire on start: it fires
+// first at the first multiple of Every strictly after its worker took the
+// lead, then at every multiple.
+func TestAnIntervalScheduleFiresFirstAtTheNextMultipleAfterItsStart(t *testing.T) {
+	day := 24 * time.Hour
+	for _, tt := range []struct {
+		every time.Duration
+		start time.Duration // after Epoch, a UTC midnight
+		want  []time.Time
+	}{
+		{time.Hour, 0, every(clocktest.Epoch.Add(time.Hour), time.Hour, 2)},
+		{time.Hour, 20 * time.Minute, every(clocktest.Epoch.Add(time.Hour), time.Hour, 2)},
+		{day, 10 * time.Hour, every(clocktest.Epoch.Add(day), day, 2)},
+	} {
+		var r ticked
+		clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+			h.Clock.Set(clocktest.Epoch.Add(tt.start)) // before the worker starts
+			must(t, queuey.Handle(h.Worker, r.handler(h.Clock)))
+			must(t, h.Worker.AddSchedule(queuey.Schedule{Name: "every", Job: alphaJob{named("tick")}, Every: tt.every}))
+			h.Advance(tt.want[len(tt.want)-1].Sub(clocktest.Epoch.Add(tt.start)))
+		})
+		if diff := cmp.Diff(tt.want, r.times()); diff != "" {
+			t.Errorf("every %v from +%v: ticks (-want +got):\n%s", tt.every, tt.start, diff)
+		}
+		for i, at := range r.at {
+			if !at.Equal(tt.want[i]) {
+				t.Errorf("every %v from +%v: tick %d ran at %v, want at its tick %v", tt.every, tt.start, i, at, tt.want[i])
+			}
+		}
+	}
+}
+
 // "Every day at 03:00 in Amsterdam" fires at 03:00 local time across the
 // change to summer time (2026-03-29): 02:00 UTC before, 01:00 UTC after.
 func TestACronScheduleFollowsItsTimeZoneAcrossADaylightSavingChange(t *testing.T) {
@@ -147,10 +180,10 @@ func (r running) stop(t *testing.T) {
 // handOver runs the hourly schedule, with the missed-tick policy missed,
 // on the harness's worker until 03:30 (ticks 1, 2 and 3), stops it, lets
 // gap pass with no worker, then runs it on a second worker for rest; it
-// returns what ran.
-func handOver(t *testing.T, missed queuey.MissedTicks, gap, rest time.Duration) *ticked {
+// returns what ran, and the second worker's log (JSON lines).
+func handOver(t *testing.T, missed queuey.MissedTicks, gap, rest time.Duration) (*ticked, []byte) {
 	t.Helper()
-	r := &ticked{}
+	r, logs := &ticked{}, &bytes.Buffer{}
 	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
 		s := hourly
 		s.Missed = missed
@@ -159,29 +192,59 @@ func handOver(t *testing.T, missed queuey.MissedTicks, gap, rest time.Duration) 
 		h.Advance(3*time.Hour + 30*time.Minute)
 		must(t, h.Stop())
 		h.Advance(gap)
-		later := secondWorkerWith(t, h, r, s)
+		later := secondWorkerLogging(t, h, r, s, slog.New(slog.NewJSONHandler(logs, nil)))
 		h.Advance(rest)
 		later.stop(t)
 	})
-	return r
+	return r, logs.Bytes()
 }
 
 // What happens to ticks missed while no worker ran is each schedule's
-// choice: the latest fires once (the default), all fire, or none.
+// choice: the latest fires once (the default), all fire, or none. The
+// leader that fires missed ticks says so, naming the policy.
 func TestMissedTicksFollowTheSchedulesPolicy(t *testing.T) {
+	const firing = "firing ticks missed while no worker led the schedule"
 	for _, tt := range []struct {
-		missed queuey.MissedTicks
-		want   []time.Time // after the first three ticks
+		missed     queuey.MissedTicks
+		want       []time.Time // after the first three ticks
+		wantPolicy string      // what the missed-ticks line says; "": no line
 	}{
-		{queuey.FireLatest, append(every(clocktest.Epoch.Add(8*time.Hour), time.Hour, 1), every(clocktest.Epoch.Add(9*time.Hour), time.Hour, 2)...)},
-		{queuey.FireAll, every(clocktest.Epoch.Add(4*time.Hour), time.Hour, 7)},
-		{queuey.SkipMissed, every(clocktest.Epoch.Add(9*time.Hour), time.Hour, 2)},
+		{queuey.FireLatest, append(every(clocktest.Epoch.Add(8*time.Hour), time.Hour, 1), every(clocktest.Epoch.Add(9*time.Hour), time.Hour, 2)...), "FireLatest"},
+		{queuey.FireAll, every(clocktest.Epoch.Add(4*time.Hour), time.Hour, 7), "FireAll"},
+		{queuey.SkipMissed, every(clocktest.Epoch.Add(9*time.Hour), time.Hour, 2), ""},
 	} {
 		// Back at 08:30: ticks 4 to 8 missed; then ticks 9 and 10.
-		r := handOver(t, tt.missed, 5*time.Hour, 2*time.Hour)
+		r, logs := handOver(t, tt.missed, 5*time.Hour, 2*time.Hour)
 		want := append(every(clocktest.Epoch.Add(time.Hour), time.Hour, 3), tt.want...)
 		if diff := cmp.Diff(want, r.times()); diff != "" {
 			t.Errorf("policy %v: ticks (-want +got):\n%s", tt.missed, diff)
+		}
+		var policies []any
+		for _, l := range jsonLines(t, logs, "msg", firing) {
+			policies = append(policies, l["policy"])
+		}
+		var wantPolicies []any
+		if tt.wantPolicy != "" {
+			wantPolicies = []any{tt.wantPolicy}
+		}
+		if !cmp.Equal(policies, wantPolicies) {
+			t.Errorf("policy %v: the policies of %q lines: got %v, want %v", tt.missed, firing, policies, wantPolicies)
+		}
+	}
+}
+
+// A MissedTicks prints as the constant the API names it by; a value that
+// is none of them, as its number.
+func TestMissedTicksString(t *testing.T) {
+	for m, want := range map[queuey.MissedTicks]string{
+		queuey.FireLatest: "FireLatest",
+		queuey.FireAll:    "FireAll",
+		queuey.SkipMissed: "SkipMissed",
+		-1:                "MissedTicks(-1)",
+		7:                 "MissedTicks(7)",
+	} {
+		if got := m.String(); got != want {
+			t.Errorf("MissedTicks(%d).String(): got %q, want %q", int(m), got, want)
 		}
 	}
 }
@@ -190,7 +253,13 @@ func TestMissedTicksFollowTheSchedulesPolicy(t *testing.T) {
 // with schedule s and r's handler.
 func secondWorkerWith(t *testing.T, h *clocktest.Harness, r *ticked, s queuey.Schedule) running {
 	t.Helper()
-	w, err := queuey.NewWorker(h.Backend, app, &queuey.WorkerConfig{Clock: h.Clock, Concurrency: 1, Logger: slog.New(slog.DiscardHandler)})
+	return secondWorkerLogging(t, h, r, s, slog.New(slog.DiscardHandler))
+}
+
+// secondWorkerLogging is secondWorkerWith, logging to logger.
+func secondWorkerLogging(t *testing.T, h *clocktest.Harness, r *ticked, s queuey.Schedule, logger *slog.Logger) running {
+	t.Helper()
+	w, err := queuey.NewWorker(h.Backend, app, &queuey.WorkerConfig{Clock: h.Clock, Concurrency: 1, Logger: logger})
 	must(t, err)
 	must(t, queuey.Handle(w, r.handler(h.Clock)))
 	must(t, w.AddSchedule(s))
@@ -581,7 +650,7 @@ func TestScheduleATakeoverExactlyAtATick(t *testing.T) {
 		{queuey.SkipMissed, 30 * time.Minute, every(clocktest.Epoch.Add(5*time.Hour), time.Hour, 2)},
 		{queuey.FireLatest, 40 * time.Minute, every(clocktest.Epoch.Add(4*time.Hour), time.Hour, 3)},
 	} {
-		r := handOver(t, tt.missed, tt.at, 6*time.Hour-3*time.Hour-30*time.Minute-tt.at)
+		r, _ := handOver(t, tt.missed, tt.at, 6*time.Hour-3*time.Hour-30*time.Minute-tt.at)
 		want := append(every(clocktest.Epoch.Add(time.Hour), time.Hour, 3), tt.want...)
 		if diff := cmp.Diff(want, r.times()); diff != "" {
 			t.Errorf("policy %v, back at +%v: ticks (-want +got):\n%s", tt.missed, tt.at, diff)

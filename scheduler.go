@@ -167,7 +167,9 @@ func (l *scheduleLoop) take(ctx context.Context, d broker.Delivery) error {
 		l.last, l.recorded = tick, true
 		l.pending = l.a.s.dueTicks(tick, l.a.w.clock.Now())
 		if n := len(l.pending); n > 0 {
-			l.log.Warn("firing ticks missed while no worker led the schedule", "ticks", n, "policy", l.a.s.Missed)
+			// The policy's name as text: a JSON handler would write the
+			// number.
+			l.log.Warn("firing ticks missed while no worker led the schedule", "ticks", n, "policy", l.a.s.Missed.String())
 		}
 	}
 	if first && len(l.pending) > 0 {

@@ -325,16 +325,18 @@ func (w *Worker) settled(s *settlement) report {
 	return report{}
 }
 
-// logSettled writes the line that says how a job ended, once it has, at
-// the level of ARCHITECTURE.md's table ("Logging"): what is normal flow
-// at DEBUG, so that a busy worker logs nothing per job that goes well.
+// logSettled writes the line that says how a job ended, once it has: a
+// success at DEBUG, so that a busy worker logs nothing per job that goes
+// well; a deferral (Defer or PauseQueue) at INFO, one line with its delay
+// and reason, for it is not a failure but says why a job is late; a retry
+// and a job held back for want of a handler at WARN.
 func (s *settlement) logSettled(w *Worker) {
 	switch s.out.Result {
 	case Succeeded:
 		s.log.Debug("job succeeded")
 	case Deferred:
 		wait, _ := broker.HoldTTL(s.delay, w.set.deferGranularity)
-		s.log.Debug("job deferred", "delay", s.delay, "waits", wait, "reason", s.out.Reason, "deferrals", s.msg.Deferrals)
+		s.log.Info("job deferred", "delay", s.delay, "waits", wait, "reason", s.out.Reason, "deferrals", s.msg.Deferrals)
 	case Retried:
 		wait, _ := broker.HoldTTL(s.delay, w.set.retryGranularity)
 		s.log.Warn("job failed; retrying", "error", s.out.Err, "delay", s.delay, "waits", wait, "next_attempt", s.out.NextAttempt)

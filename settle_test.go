@@ -1,8 +1,10 @@
 package queuey_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -66,5 +68,56 @@ func TestForeignMetadataSurvivesEveryRepublish(t *testing.T) {
 	defer mu.Unlock()
 	if want := 5; len(seen) != want || strings.Count(strings.Join(seen, ","), "acme") != want {
 		t.Errorf("x-tenant of each delivery: %q, want acme on each of %d", seen, want)
+	}
+}
+
+// A deferral is logged at INFO, not DEBUG as a success is, nor WARN as a
+// failure: one "job deferred" line per deferral, with its delay and reason,
+// whether the handler returned Defer or PauseQueue. A success writes
+// nothing at INFO.
+func TestADeferralIsLoggedAtInfo(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		result error // of the job's first run; the second succeeds
+	}{
+		{"Defer", queuey.Defer(2*time.Second, "upstream busy")},
+		{"PauseQueue", queuey.PauseQueue(2*time.Second, "upstream busy")},
+		{"a success", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			var id string
+			clocktest.Run(t, app, &clocktest.Options{Logger: logger}, func(t *testing.T, h *clocktest.Harness) {
+				must(t, queuey.Handle(h.Worker, func(_ context.Context, _ alphaJob, jc queuey.JobContext) error {
+					if jc.Deferrals > 0 {
+						return nil
+					}
+					return tc.result
+				}))
+				id = mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{}))
+				h.Advance(10 * time.Second)
+			})
+			lines := jsonLines(t, logs.Bytes(), "job_id", id)
+			if tc.result == nil {
+				if len(lines) != 0 {
+					t.Errorf("a success logged %v at INFO or above, want nothing", lines)
+				}
+				return
+			}
+			var deferred []map[string]any
+			for _, l := range lines {
+				if l["msg"] == "job deferred" {
+					deferred = append(deferred, l)
+				}
+			}
+			if len(deferred) != 1 {
+				t.Fatalf("INFO lines \"job deferred\": got %v, want one", deferred)
+			}
+			l := deferred[0]
+			if l["level"] != "INFO" || l["delay"] != float64(2*time.Second) || l["reason"] != "upstream busy" {
+				t.Errorf("deferral line: got %v, want level INFO, delay 2s (in ns), reason \"upstream busy\"", l)
+			}
+		})
 	}
 }

@@ -82,8 +82,8 @@ func TestHandlerDeferralRunsAheadOfTheBacklogAfterExactlyTheDelay(t *testing.T) 
 		} else if got := runs[1].At.Sub(start); got != 40*time.Second {
 			t.Errorf("second run started %v after the first, want 40s (when the blocker let go)", got)
 		}
-		if lvl, ok := logs.levelOf("job deferred"); !ok || lvl != slog.LevelDebug {
-			t.Errorf("\"job deferred\" logged at %v (found %t), want DEBUG: a deferral is normal flow", lvl, ok)
+		if lvl, ok := logs.levelOf("job deferred"); !ok || lvl != slog.LevelInfo {
+			t.Errorf("\"job deferred\" logged at %v (found %t), want INFO: a deferral is not a failure", lvl, ok)
 		}
 	})
 }

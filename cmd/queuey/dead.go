@@ -177,13 +177,14 @@ func deadList(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		return c.fail(err)
 	}
+	dead := broker.DeadQueueName(t.brokerName())
 	if *asJSON {
 		if err := printJSON(stdout, list); err != nil {
 			return c.fail(err)
 		}
+		noteCut(ctx, stderr, backend, dead, len(list))
 		return exitOK
 	}
-	dead := broker.DeadQueueName(t.brokerName())
 	if len(list) == 0 {
 		fmt.Fprintf(stdout, "no dead letters in %s\n", dead)
 		return exitOK
@@ -201,12 +202,20 @@ func deadList(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return c.fail(err)
 	}
 	fmt.Fprintf(stdout, "%s in %s\n", count(len(list)), dead)
-	if len(list) == queuey.ListLimit {
-		if total, err := backend.Depth(ctx, dead); err == nil && total > len(list) {
-			fmt.Fprintf(stdout, "(the first %d of %d: a list reads %d at most; replay -all goes past them)\n", len(list), total, queuey.ListLimit)
-		}
-	}
+	noteCut(ctx, stderr, backend, dead, len(list))
 	return exitOK
+}
+
+// noteCut tells stderr when a list of n is cut short: when dead holds more
+// than the queuey.ListLimit a list reads. A note, not the list: it is
+// seen when the list is piped on.
+func noteCut(ctx context.Context, stderr io.Writer, backend *rabbitmq.Backend, dead string, n int) {
+	if n < queuey.ListLimit {
+		return
+	}
+	if total, err := backend.Depth(ctx, dead); err == nil && total > n {
+		fmt.Fprintf(stderr, "(the first %d of %d: a list reads %d at most; replay -all goes past them)\n", n, total, queuey.ListLimit)
+	}
 }
 
 // jsonDeadLetter is a line of list -json.
@@ -307,6 +316,10 @@ func printDeadLetter(w io.Writer, d queuey.DeadLetter, queue string) {
 	fmt.Fprintf(w, "  %s\n", printableLines(pretty.String()))
 }
 
+// deadReplay is queuey dead replay. All it says (the count, the question,
+// the progress, what it replayed) goes to stderr, one stream, in order:
+// stdout is for the usage asked for with -h, for a replay makes no list to
+// pipe on.
 func deadReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	c := newCommand("replay",
 		"queuey dead replay -queue NAME (-id ID[,ID...] | -kind KIND | -all) [-after 30s] [-yes] [-prefix P] [-max-priority N] [-transient] [-message-ttl D] [-url URL]",
@@ -379,7 +392,7 @@ func deadReplay(ctx context.Context, args []string, stdin io.Reader, stdout, std
 			queuey.ErrNotFound, strings.Join(missing, ", "), dead))
 	}
 	if n == 0 {
-		fmt.Fprintf(stdout, "no dead letters in %s match %s: nothing to replay\n", dead, what)
+		fmt.Fprintf(stderr, "no dead letters in %s match %s: nothing to replay\n", dead, what)
 		return exitOK
 	}
 	if !*yes {
@@ -389,7 +402,7 @@ func deadReplay(ctx context.Context, args []string, stdin io.Reader, stdout, std
 			return c.fail(fmt.Errorf("no answer (%w); pass -yes to replay without asking. Nothing was replayed", err))
 		}
 		if a := strings.ToLower(answer); a != "y" && a != "yes" {
-			fmt.Fprintln(stdout, "nothing was replayed")
+			fmt.Fprintln(stderr, "nothing was replayed")
 			return exitOK
 		}
 	}
@@ -416,9 +429,9 @@ func deadReplay(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		fmt.Fprintf(stderr, "%d of the %d were no longer in %s (replayed or removed by someone else)\n", n-k, n, dead)
 	}
 	if *after > 0 {
-		fmt.Fprintf(stdout, "replayed %s to %s: they run after %v, ahead of the backlog\n", count(k), t.brokerName(), *after)
+		fmt.Fprintf(stderr, "replayed %s to %s: they run after %v, ahead of the backlog\n", count(k), t.brokerName(), *after)
 	} else {
-		fmt.Fprintf(stdout, "replayed %s to %s\n", count(k), t.brokerName())
+		fmt.Fprintf(stderr, "replayed %s to %s\n", count(k), t.brokerName())
 	}
 	return exitOK
 }

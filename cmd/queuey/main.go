@@ -27,6 +27,16 @@
 // replay and asks. Ctrl-C stops a replay after the dead letter it is
 // moving (a second one ends the process at once).
 //
+// Output: stdout carries what a user may pipe or keep, and nothing else:
+// a list (its table and count, or its JSON lines), a dead letter shown,
+// the usage asked for with -h. Everything else goes to stderr, in the
+// order it happens: a replay's count, its question, its progress and what
+// it replayed (or that it replayed nothing), notices (a list cut short,
+// malformed dead letters), the broker's warnings, errors and the usage
+// after a usage error. So a replay writes to stderr only, and
+// "queuey dead list -json > dead.jsonl" still says on the terminal when
+// the list was cut short.
+//
 // Exit status: 0 done, 1 a runtime error (the broker, a refused
 // declaration, a job id that is not there), 2 a usage error.
 package main
@@ -64,6 +74,10 @@ const topUsage = `usage: queuey dead <list|show|replay> [flags]
   queuey dead list   -queue NAME [-prefix P] [-max-priority N] [-transient] [-message-ttl D] [-json]
   queuey dead show   -queue NAME [-prefix P] [-max-priority N] [-transient] [-message-ttl D] -id JOBID
   queuey dead replay -queue NAME [-prefix P] [-max-priority N] [-transient] [-message-ttl D] (-id ID[,ID...] | -kind KIND | -all) [-after 30s] [-yes]
+
+Lists (text or -json), a dead letter shown and -h's usage go to stdout;
+everything else (a replay's question, progress and result, notices,
+errors) to stderr, in order.
 
 Run "queuey dead <command> -h" for a command's flags.
 `

@@ -8,12 +8,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -385,8 +387,8 @@ func TestDeadLetters(t *testing.T) {
 		if want := "replay 2 dead letters? [y/N] "; !strings.Contains(r.stderr, want) {
 			t.Errorf("stderr lacks the question %q", want)
 		}
-		if !strings.Contains(r.stdout, "nothing was replayed") {
-			t.Errorf("stdout: got %q, want it to say nothing was replayed", r.stdout)
+		if !strings.HasSuffix(r.stderr, "[y/N] nothing was replayed\n") || r.stdout != "" {
+			t.Errorf("stderr %q, stdout %q: want stderr to say nothing was replayed, after the question, and stdout nothing", r.stderr, r.stdout)
 		}
 		if got := len(f.listed(t)); got != 3 {
 			t.Errorf("%d dead letters left, want all 3", got)
@@ -421,11 +423,11 @@ func TestDeadLetters(t *testing.T) {
 		if r.code != exitOK {
 			t.Fatalf("exit %d, want 0", r.code)
 		}
-		if r.stderr != "replayed 2/2\n" {
-			t.Errorf("stderr: got %q, want only the progress", r.stderr)
+		if want := "replayed 2/2\nreplayed 2 dead letters to " + f.queue + "\n"; r.stderr != want {
+			t.Errorf("stderr: got %q, want %q: the progress, then what it did", r.stderr, want)
 		}
-		if want := "replayed 2 dead letters to " + f.queue + "\n"; r.stdout != want {
-			t.Errorf("stdout: got %q, want %q", r.stdout, want)
+		if r.stdout != "" {
+			t.Errorf("stdout: got %q, want nothing", r.stdout)
 		}
 		if diff := gocmp.Diff(idsOf(f.listed(t)), []string{b1}); diff != "" {
 			t.Errorf("left in the dead letters (-got +want):\n%s", diff)
@@ -495,8 +497,9 @@ func TestReplayReportsProgressEveryHundred(t *testing.T) {
 		t.Fatalf("replay: exit %d, want 0", r.code)
 	}
 	want := fmt.Sprintf("malformed dead letters in %s, not envelopes, which no replay takes and which stay there: 1\n"+
-		"%d dead letters of the %d in %s match -all.\nreplay %d dead letters? [y/N] replayed 100/%d\nreplayed 200/%d\nreplayed %d/%d\n",
-		broker.DeadQueueName(f.queue), n, n+1, broker.DeadQueueName(f.queue), n, n, n, n, n)
+		"%d dead letters of the %d in %s match -all.\nreplay %d dead letters? [y/N] replayed 100/%d\nreplayed 200/%d\nreplayed %d/%d\n"+
+		"replayed %d dead letters to %s\n",
+		broker.DeadQueueName(f.queue), n, n+1, broker.DeadQueueName(f.queue), n, n, n, n, n, n, f.queue)
 	if r.stderr != want {
 		t.Errorf("stderr: got %q, want %q", r.stderr, want)
 	}
@@ -659,5 +662,93 @@ func TestAQueueThatIsNotThereIsNotCreated(t *testing.T) {
 		if f.exists(t, q) {
 			t.Errorf("%s was created", q)
 		}
+	}
+}
+
+// written is what the command wrote to one stream, between writes to the
+// other.
+type written struct{ stream, text string }
+
+// transcript records the writes to stdout and stderr in the order they
+// were made, as a terminal shows them.
+type transcript struct {
+	mu     sync.Mutex
+	writes []written
+}
+
+// stream is a writer that records into tr as name.
+func (tr *transcript) stream(name string) io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		if n := len(tr.writes); n > 0 && tr.writes[n-1].stream == name {
+			tr.writes[n-1].text += string(p)
+		} else {
+			tr.writes = append(tr.writes, written{name, string(p)})
+		}
+		return len(p), nil
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// streams runs the command with args and stdin, and returns what it
+// wrote, stream by stream, in order.
+func streams(t *testing.T, stdin string, args ...string) []written {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var tr transcript
+	code := run(ctx, args, strings.NewReader(stdin), tr.stream("stdout"), tr.stream("stderr"))
+	t.Logf("queuey %s\nexit %d\n%q", strings.Join(args, " "), code, tr.writes)
+	if code != exitOK {
+		t.Fatalf("queuey %s: exit %d, want 0", strings.Join(args, " "), code)
+	}
+	return tr.writes
+}
+
+// What a user may pipe or keep (a list, its JSON, a dead letter, the
+// usage asked for with -h) goes to stdout, and only that; the rest (a
+// replay's question, its progress and what it did, notices, errors) goes
+// to stderr, in the order it happens.
+func TestEachLineGoesToItsStream(t *testing.T) {
+	f := newFixture(t, jobs)
+	a1, _, _ := f.failAll(t)
+	dead := broker.DeadQueueName(f.queue)
+	only := func(stream string) func(t *testing.T, got []written) {
+		return func(t *testing.T, got []written) {
+			if len(got) != 1 || got[0].stream != stream || got[0].text == "" {
+				t.Errorf("got %q, want output on %s only", got, stream)
+			}
+		}
+	}
+	onStderr := func(text string) func(t *testing.T, got []written) {
+		return func(t *testing.T, got []written) {
+			if diff := gocmp.Diff(got, []written{{"stderr", text}}, gocmp.AllowUnexported(written{})); diff != "" {
+				t.Errorf("(-got +want):\n%s", diff)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		stdin string
+		args  []string
+		want  func(t *testing.T, got []written)
+	}{
+		{"list", "", f.args("list"), only("stdout")},
+		{"list -json", "", f.args("list", "-json"), only("stdout")},
+		{"show", "", f.args("show", "-id", a1), only("stdout")},
+		{"-h", "", f.args("replay", "-h"), only("stdout")},
+		{"replay answered no", "n\n", f.args("replay", "-kind", "b"), onStderr(
+			"1 dead letter of the 3 in " + dead + " match kind \"b\".\nreplay 1 dead letter? [y/N] nothing was replayed\n")},
+		{"replay of nothing", "", f.args("replay", "-kind", "c", "-yes"), onStderr(
+			"no dead letters in " + dead + " match kind \"c\": nothing to replay\n")},
+		{"replay", "y\n", f.args("replay", "-kind", "a"), onStderr(
+			"2 dead letters of the 3 in " + dead + " match kind \"a\".\nreplay 2 dead letters? [y/N] replayed 2/2\n" +
+				"replayed 2 dead letters to " + f.queue + "\n")},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.want(t, streams(t, tc.stdin, tc.args...)) })
 	}
 }
