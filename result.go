@@ -51,8 +51,15 @@ func (e *PauseError) Error() string {
 // first: after its wait and a tenth of a second more, for the broker to
 // hand the expired job on (on a Quorum queue: after the whole seconds its
 // wait is rounded up to, and half a second more, for it to reach the
-// lane). Return it when an API answers 429 with a Retry-After that holds
-// for every job of the queue. Other queues are not affected.
+// lane). So the job runs about 0.1 s (0.5 s) later than a Defer of the
+// same d would run it. Other queues are not affected.
+//
+// Pause when the limit is the whole queue's: a rate limit shared by every
+// job of the queue (one account, one API key), a maintenance window, a
+// quota that resets at a known time. Each PauseQueue stops the whole queue
+// in this worker for its wait, so a partner whose 429s fall on single
+// calls at random, or a Retry-After that belongs to one job, calls for
+// Defer: only that job waits, and its queue-mates run on.
 func PauseQueue(d time.Duration, reason string) error {
 	if reason == "" {
 		reason = "rate limited"
@@ -85,7 +92,9 @@ func Fatalf(format string, args ...any) error {
 // Defer asks for the job to be held for d (rounded up to the queue set's
 // DeferGranularity, never early) and then run again at the queue's top
 // priority, with the same attempt and one more deferral. An empty reason
-// reads "deferred".
+// reads "deferred". The worker logs each deferral at INFO, with its delay
+// and reason. Only this job waits; for a limit that holds for the whole
+// queue, see PauseQueue.
 func Defer(d time.Duration, reason string) error {
 	if reason == "" {
 		reason = "deferred"

@@ -24,16 +24,24 @@ type Backoff struct {
 	// broker.LongestHold of the queue set's RetryGranularity, where the
 	// worker caps every retry's wait.
 	Max time.Duration
-	// Jitter draws the wait uniformly from [0, computed] ("full jitter"),
-	// so failures of many jobs at once do not retry in lockstep.
+	// Jitter draws the wait uniformly from [0, computed) ("full jitter"),
+	// so failures of many jobs at once do not retry in lockstep. The
+	// draw is then rounded up to the retry granularity like any wait, so
+	// it is never shorter than one step.
 	Jitter bool
 }
 
 // FixedBackoff waits d before every retry.
 func FixedBackoff(d time.Duration) Backoff { return Backoff{Base: d} }
 
-// ExponentialBackoff waits 1 s, then twice as long per failed attempt, up
-// to 5 minutes, with full jitter.
+// ExponentialBackoff doubles its limit per failed attempt from 1 s, up to
+// 5 minutes, and draws each wait with full jitter: uniformly from 0 up to
+// that limit (1 s, 2 s, 4 s, ...), then rounded up to the retry
+// granularity. At the default 1 s granularity the first retry waits 1 s,
+// the second 1 or 2 s, the third 1 to 4 s: waits of 1, 2, 1 s are as
+// likely as 1, 2, 4 s. For waits of exactly 1, 2, 4 s, set
+// Backoff{Base: time.Second, Factor: 2, Max: 5 * time.Minute} without
+// Jitter.
 func ExponentialBackoff() Backoff {
 	return Backoff{Base: time.Second, Factor: 2, Max: 5 * time.Minute, Jitter: true}
 }

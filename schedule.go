@@ -33,7 +33,11 @@ type Schedule struct {
 	// time (so at every whole hour for time.Hour, at UTC midnight for 24
 	// hours); at least a second, in whole milliseconds (the state a leader
 	// hands on keeps its ticks in milliseconds). Exactly one of Every and
-	// Cron is set.
+	// Cron is set. It does not fire at start: a schedule that never fired
+	// fires first at the first multiple after its first leader took the
+	// lead (Every: time.Hour added at 10:20 fires first at 11:00); one
+	// that fired before goes on from its last tick, which the broker
+	// keeps.
 	Every time.Duration
 	// Cron fires the schedule by a cron expression of five fields (minute,
 	// hour, day of month, month, day of week) or a descriptor (@daily,
