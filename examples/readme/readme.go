@@ -1,6 +1,7 @@
-// Package readme holds the examples README.md shows, so that they compile
-// and run: TestTheREADMEShowsTheseExamplesAsTheyAre checks that the
-// README quotes them as they are here.
+// Package readme holds the examples README.md shows, and a few it names
+// (on RabbitMQ, on a cluster, tracing, dead letters), so that they compile
+// and run: TestTheREADMEShowsTheseExamplesAsTheyAre checks that every Go
+// block of the README is quoted from here as it is.
 package readme
 
 import (
@@ -99,7 +100,8 @@ func OnRabbitMQ(ctx context.Context) (*rabbitmq.Backend, error) {
 }
 
 // OnACluster connects to every node of a cluster and declares the set's
-// queues as quorum queues (README.md, "Past one broker").
+// queues as quorum queues (README.md, "Past one broker";
+// ARCHITECTURE.md, "Topologies").
 func OnACluster(ctx context.Context) (*queuey.Producer, error) {
 	backend, err := rabbitmq.DialCluster(ctx, []string{
 		"amqp://guest:guest@127.0.0.1:5701/",
