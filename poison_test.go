@@ -330,7 +330,7 @@ func TestSuspectsAreLookedForOnceAMinuteUnderLoad(t *testing.T) {
 		t.Run(map[bool]string{false: "idle", true: "busy"}[flood], func(t *testing.T) {
 			mock := clock.NewMock()
 			mock.Set(clocktest.Epoch)
-			b := memory.New(&memory.Options{Clock: mock})
+			b := &lookCounter{Backend: memory.New(&memory.Options{Clock: mock}), queue: qAlpha + ".suspects", looks: make(chan struct{}, 100)}
 			defer b.Close()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -339,10 +339,13 @@ func TestSuspectsAreLookedForOnceAMinuteUnderLoad(t *testing.T) {
 			must(t, err)
 			w, err := queuey.NewWorker(b, app, &queuey.WorkerConfig{Clock: mock, Logger: log, PoisonAfter: 3, Concurrency: 4})
 			must(t, err)
-			var suspectRan atomic.Bool
+			suspectRan := make(chan struct{})
+			var floodRuns atomic.Int64
 			must(t, queuey.Handle(w, func(ctx context.Context, j alphaJob, jc queuey.JobContext) error {
 				if j.Name == "suspect" {
-					suspectRan.Store(true)
+					close(suspectRan)
+				} else {
+					floodRuns.Add(1)
 				}
 				return nil
 			}))
@@ -350,48 +353,101 @@ func TestSuspectsAreLookedForOnceAMinuteUnderLoad(t *testing.T) {
 			must(t, queuey.Handle(w, func(ctx context.Context, j gammaJob, jc queuey.JobContext) error { return nil }))
 			stopped := make(chan error, 1)
 			go func() { stopped <- w.Run(ctx) }()
-			time.Sleep(100 * time.Millisecond) // consuming; first look done (none)
+			b.waitForALook(t, "the look as the queue is first consumed")
 			env := broker.NewEnvelope(alphaJob{}.Kind(), qAlpha, []byte(`{"name":"suspect"}`), mock.Now())
 			msg, _ := env.Message()
 			msg.Queue = qAlpha + ".suspects"
 			must(t, b.Publish(ctx, msg))
-			var stopFlood atomic.Bool
-			floodDone := make(chan struct{})
-			go func() {
-				defer close(floodDone)
-				for flood && !stopFlood.Load() {
-					_, _ = p.Enqueue(ctx, alphaJob{named("flood")})
-				}
-			}()
-			time.Sleep(200 * time.Millisecond)
+			stopFlood := startFlood(ctx, flood, p)
+			waitUntil(t, "the flood's first hundred runs", func() bool { return !flood || floodRuns.Load() >= 100 })
 			mock.Add(time.Minute) // the minute's look falls due, the actor busy
-			time.Sleep(200 * time.Millisecond)
-			stopFlood.Store(true)
-			<-floodDone
-			for range 50 {
-				if b.Pending(qAlpha) == 0 && b.InFlight(qAlpha) == 0 {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			for range 10 { // ten more minutes, idle
-				mock.Add(time.Minute)
-				time.Sleep(50 * time.Millisecond)
-			}
-			if !suspectRan.Load() {
-				t.Errorf("the suspect left in %s.suspects never ran in 11 minutes (%d still there)", qAlpha, b.Pending(qAlpha+".suspects"))
+			b.waitForALook(t, "the minute's look")
+			stopFlood()
+			select {
+			case <-suspectRan:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the suspect left in %s.suspects did not run after the minute's look (%d still there)", qAlpha, b.Pending(qAlpha+".suspects"))
 			}
 			cancel()
-			for {
-				select {
-				case err := <-stopped:
-					must(t, err)
-					return
-				case <-time.After(10 * time.Millisecond):
-					mock.Add(time.Second)
-				}
-			}
+			stopWorker(t, stopped, mock)
 		})
+	}
+}
+
+// lookCounter is a memory backend that tells each look at one queue's
+// depth (a queue actor's look for suspects) on looks.
+type lookCounter struct {
+	*memory.Backend
+	queue string
+	looks chan struct{}
+}
+
+// Depth tells the look, then answers it.
+func (b *lookCounter) Depth(ctx context.Context, queue string) (int, error) {
+	if queue == b.queue {
+		select {
+		case b.looks <- struct{}{}:
+		default:
+		}
+	}
+	return b.Backend.Depth(ctx, queue)
+}
+
+// waitForALook waits for the next look at the queue's depth.
+func (b *lookCounter) waitForALook(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-b.looks:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not happen in 10 s", what)
+	}
+}
+
+// startFlood enqueues alpha jobs from a goroutine until the returned func
+// is called (which waits for it to end); with on false it does nothing.
+func startFlood(ctx context.Context, on bool, p *queuey.Producer) (stop func()) {
+	if !on {
+		return func() {}
+	}
+	var stopping atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for !stopping.Load() {
+			_, _ = p.Enqueue(ctx, alphaJob{named("flood")})
+		}
+	}()
+	return func() { stopping.Store(true); <-done }
+}
+
+// waitUntil polls cond every millisecond for up to 10 s: for what real
+// scheduling does, outside a synctest bubble.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("%s: not in 10 s", what)
+		}
+	}
+}
+
+// stopWorker waits for a worker's Run to return, moving the mock clock on
+// so that its graceful stop's waits end.
+func stopWorker(t *testing.T, stopped <-chan error, mock *clock.Mock) {
+	t.Helper()
+	for {
+		select {
+		case err := <-stopped:
+			must(t, err)
+			return
+		case <-time.After(10 * time.Millisecond):
+			mock.Add(time.Second)
+		}
 	}
 }
 

@@ -40,5 +40,14 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	_, _ = producer, worker // register handlers, Run the worker, Enqueue jobs
+	err = queuey.Handle(worker, func(ctx context.Context, job email, jc queuey.JobContext) error {
+		return nil // send it; its span is the child of the job's process span
+	})
+	if err != nil {
+		panic(err)
+	}
+	if _, err := producer.Enqueue(ctx, email{To: "ada@example.com"}); err != nil {
+		panic(err)
+	}
+	// worker.Run(ctx) until the service stops
 }

@@ -5,7 +5,7 @@
 // in a hold queue and comes back ahead of the backlog, without spending an
 // attempt.
 //
-//	go run ./examples/ratelimit [-jobs 20] [-rate 5] [-prefetch 5] [-mode both|defer|pause] [-url amqp://...] [-spans=false]
+//	cd examples/ratelimit && go run . [-jobs 20] [-rate 5] [-prefetch 5] [-mode both|defer|pause] [-url amqp://...] [-spans=false]
 //
 // It runs twice by default and compares the two:
 //

@@ -62,11 +62,11 @@ import (
 // BenchmarkHooks gives the hooks' own cost, without the pipeline. Run both
 // with
 //
-//	go test -run '^$' -bench . -benchtime 3s -count 3 ./trace/
+//	(cd trace/sdktest && go test -run '^$' -bench . -benchtime 3s -count 3 .)
 //
 // and the goal's case, with the floor on one goroutine beside it, with
 //
-//	go test -run '^$' -bench 'Instrumentation/work50us|SDKFloor' -benchtime 60000x -count 3 ./trace/
+//	(cd trace/sdktest && go test -run '^$' -bench 'Instrumentation/work50us|SDKFloor' -benchtime 60000x -count 3 .)
 func BenchmarkInstrumentation(b *testing.B) {
 	work := spinFor(50 * time.Microsecond)
 	for _, c := range []struct {

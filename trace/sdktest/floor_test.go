@@ -84,7 +84,7 @@ import (
 // (ParentBased(TraceIDRatioBased(0.1))), sampled-0pct (NeverSample). Run
 // with
 //
-//	go test -run '^$' -bench 'Floor' -benchtime 1s -count 3 ./trace/
+//	(cd trace/sdktest && go test -run '^$' -bench 'Floor' -benchtime 1s -count 3 .)
 func BenchmarkSDKFloor(b *testing.B) {
 	for _, c := range []struct {
 		name    string
