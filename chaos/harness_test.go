@@ -40,7 +40,7 @@ import (
 func needFaults(t *testing.T) {
 	t.Helper()
 	if os.Getenv("QUEUEY_FAULTS") != "1" {
-		t.Skip("disturbs the shared broker; run with QUEUEY_FAULTS=1 (make chaos runs everything)")
+		t.Skip("disturbs the shared broker; run with QUEUEY_FAULTS=1 (make faults; make chaos runs the long faults too)")
 	}
 }
 

@@ -317,10 +317,10 @@ func closeConnection(t *testing.T, name string) {
 
 // TestFaultBrokerRestartKeepsHeldJobs stops and starts the broker's
 // application, which cuts every connection on this machine's broker: it
-// runs only when QUEUEY_FAULTS=1 (make test runs it alone, after the rest).
+// runs only when QUEUEY_FAULTS=1 (make faults runs it alone).
 func TestFaultBrokerRestartKeepsHeldJobs(t *testing.T) {
 	if os.Getenv("QUEUEY_FAULTS") != "1" {
-		t.Skip("restarts the broker; make test runs it alone with QUEUEY_FAULTS=1")
+		t.Skip("restarts the broker; make faults runs it alone with QUEUEY_FAULTS=1")
 	}
 	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 4}, &rabbitmq.Options{ReconnectMin: 200 * time.Millisecond, ReconnectMax: time.Second})
 	const jobs = 10
@@ -591,7 +591,7 @@ func TestFaultDeclaresDepthAndCloseDoNotWaitOutAnAlarm(t *testing.T) {
 func alarmRig(t *testing.T, name string) (*rabbitmq.Backend, string) {
 	t.Helper()
 	if os.Getenv("QUEUEY_FAULTS") != "1" {
-		t.Skip("raises a broker-wide alarm; make test runs it alone with QUEUEY_FAULTS=1")
+		t.Skip("raises a broker-wide alarm; make faults runs it alone with QUEUEY_FAULTS=1")
 	}
 	prefix := unique(name)
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
