@@ -2,7 +2,7 @@
 GO          ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test faults demo lint fmt cover bench chaos fuzz cluster cluster-stop
+.PHONY: test faults demo lint fmt cover bench benchmarks chaos fuzz cluster cluster-stop
 
 # MODULES are the repository's modules: the library, then the modules that
 # keep what only tests, examples and benchmarks need out of its
@@ -69,6 +69,23 @@ PEERS_FLAGS ?= -count 3
 bench:
 	$(GO) run ./bench $(BENCH_FLAGS)
 	cd bench/peers && GOFLAGS=-mod=mod $(GO) run . $(PEERS_FLAGS)
+
+## benchmarks: BENCHMARKS.md and the README's summary (between its
+## bench:summary markers) written from one run of everything: the peers
+## (-json), the trace benchmarks of trace/sdktest (TRACE_BENCH), then
+## ./bench with BENCH_FLAGS (-markdown, -peers, -gobench, -readme).
+## Run it alone: about 10 minutes on 2 cores.
+## (TRACE_DIR, BENCHMARKS_MD and README_MD move its inputs and outputs.)
+TRACE_BENCH ?= -run '^$$' -bench 'Instrumentation/work50us|SDKFloor' -benchtime 60000x -count 3
+TRACE_DIR ?= trace/sdktest
+BENCHMARKS_MD ?= BENCHMARKS.md
+README_MD ?= README.md
+benchmarks:
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	(cd bench/peers && GOFLAGS=-mod=mod $(GO) run . $(PEERS_FLAGS) -json "$$tmp/peers.json") && \
+	echo "command: cd $(TRACE_DIR) && go test $(TRACE_BENCH)" > "$$tmp/trace.txt" && \
+	(cd $(TRACE_DIR) && $(GO) test $(TRACE_BENCH)) >> "$$tmp/trace.txt" && cat "$$tmp/trace.txt" && \
+	$(GO) run ./bench $(BENCH_FLAGS) -markdown $(BENCHMARKS_MD) -peers "$$tmp/peers.json" -gobench "$$tmp/trace.txt" -readme $(README_MD)
 
 ## chaos: the fault-injection suite against the local RabbitMQ (package
 ## chaos; results in RELIABILITY.md): the short set that CI can run, plus

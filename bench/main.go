@@ -13,6 +13,15 @@
 // with unique names and deletes them at the end. With -count > 1 every
 // figure is the median of the runs and "spread" is (max-min)/median of the
 // per-run figure (of the ratio, where there is one).
+//
+// The results table goes to stdout. With -markdown FILE the run also
+// writes the whole of BENCHMARKS.md (markdown.go: the host, the command, a
+// table per scenario), with the peers' results of `bench/peers -json`
+// (-peers FILE) and the output of `go test -bench` (-gobench FILE) added;
+// -readme FILE rewrites the README's summary between its bench:summary
+// markers (readme.go). `make benchmarks` runs all of it:
+//
+//	go run ./bench -count 3 -markdown BENCHMARKS.md -peers peers.json -gobench trace.txt -readme README.md
 package main
 
 import (
@@ -60,6 +69,7 @@ var discard = slog.New(slog.DiscardHandler)
 func main() {
 	var cfg config
 	var scen, cpuprofile, memprofile string
+	var out outputs
 	flag.StringVar(&cfg.amqpURL, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL (scenarios 1-4)")
 	flag.IntVar(&cfg.n, "n", 20000, "jobs per RabbitMQ end-to-end and producer run (scenarios 1, 2)")
 	flag.IntVar(&cfg.serialN, "serial-n", 2000, "publishes of the one-at-a-time producer runs (scenario 2)")
@@ -82,7 +92,12 @@ func main() {
 	flag.StringVar(&scen, "scenarios", "1,2,3,4,5,6,7,8", "comma-separated scenarios to run (9, quorum queues on a cluster, on request)")
 	flag.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (samples labelled scenario=N, and run=<name> in scenario 2: go tool pprof -tagfocus)")
 	flag.StringVar(&memprofile, "memprofile", "", "write an allocation profile at the end to this file")
+	out.registerFlags(flag.CommandLine)
 	flag.Parse()
+	if err := out.load(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
 
 	cfg.scenarios = map[int]bool{}
 	for _, s := range strings.Split(scen, ",") {
@@ -106,6 +121,10 @@ func main() {
 		defer pprof.StopCPUProfile()
 	}
 
+	var report runReport
+	if out.wanted() {
+		report = out.newReport(cfg, time.Now())
+	}
 	fmt.Printf("queuey bench: %s, GOMAXPROCS %d, %s/%s, count %d\n",
 		runtime.Version(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, cfg.count)
 	var rows []row
@@ -140,9 +159,21 @@ func main() {
 			failed = true
 		}
 		fmt.Fprintf(os.Stderr, "scenario %d done in %v\n", s.n, time.Since(start).Round(time.Millisecond))
+		for i := range r {
+			r[i].num = s.n
+		}
 		rows = append(rows, r...)
 	}
 	printTable(os.Stdout, rows)
+	if out.wanted() && failed {
+		fmt.Fprintln(os.Stderr, "bench: a scenario failed: no document written")
+	} else if out.wanted() {
+		report.rows = rows
+		if err := out.write(report); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			failed = true
+		}
+	}
 	if memprofile != "" {
 		f, err := os.Create(memprofile)
 		if err != nil {
@@ -166,6 +197,7 @@ func fatal(err error) {
 
 // row is one line of the table.
 type row struct {
+	num      int // the scenario's number, set by main
 	scenario string
 	metric   string
 	lib      string // queuey's figure
@@ -174,6 +206,13 @@ type row struct {
 	goal     string
 	result   string // PASS, MISS or empty
 	spread   string
+	headline bool // one of the scenario's headline figures: a row of the README's summary
+}
+
+// headlined is r marked as a headline figure.
+func headlined(r row) row {
+	r.headline = true
+	return r
 }
 
 func printTable(w io.Writer, rows []row) {

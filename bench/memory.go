@@ -212,7 +212,8 @@ func scenarioMemory(cfg config) ([]row, error) {
 		name := fmt.Sprintf("5 memory c=%d", c)
 		rows = append(rows,
 			row{scenario: name, metric: "jobs/s vs bare channel pool", lib: rate(lib.median()), base: rate(bare.median()),
-				ratio: ratioStr(r.median()), goal: "≥ 1M/s", result: passIf(lib.median() >= 1e6), spread: lib.spread()},
+				ratio: ratioStr(r.median()), goal: "≥ 1M/s", result: passIf(lib.median() >= 1e6), spread: lib.spread(),
+				headline: c == 2},
 			row{scenario: name, metric: "allocs/job, bytes/job",
 				lib:  fmt.Sprintf("%.1f allocs, %.0f B", la.median(), lb.median()),
 				base: fmt.Sprintf("%.1f allocs", ba.median())},
@@ -338,7 +339,7 @@ func scenarioTimeTravel(cfg config) ([]row, error) {
 		scenario: fmt.Sprintf("6 time travel %d jobs", cfg.travelJobs),
 		metric:   fmt.Sprintf("wall time for %.0f simulated days, %d runs", last.simulated.Hours()/24, last.runs),
 		lib:      fmt.Sprintf("%.0f ms", wall.median()*1000), goal: "< 1 s",
-		result: passIf(wall.median() < 1), spread: wall.spread(),
+		result: passIf(wall.median() < 1), spread: wall.spread(), headline: true,
 	}}, nil
 }
 
@@ -416,6 +417,7 @@ func scenarioScale(cfg config) ([]row, error) {
 			metric:   fmt.Sprintf("jobs/s (c=8); live heap/job after; goroutines %d", gr),
 			lib:      fmt.Sprintf("%s; %.0f B", rate(r.median()), heap.median()),
 			ratio:    fmt.Sprintf("%.2f vs 1 queue", r.median()/base), spread: r.spread(),
+			headline: nq == 100,
 		})
 	}
 	for _, n := range []int{0, 10000, 100000} {
@@ -438,6 +440,7 @@ func scenarioScale(cfg config) ([]row, error) {
 			lib: fmt.Sprintf("%s; %.2f µs/Defer; %.0f B; %s", rate(r.median()), hold.median()/1000, hb.median(),
 				ms(rel.median())),
 			ratio: fmt.Sprintf("%.2f vs 0 held", r.median()/base), spread: r.spread(),
+			headline: n == 100000,
 		})
 	}
 	return rows, nil

@@ -492,13 +492,13 @@ func scenarioEndToEnd(cfg config) ([]row, error) {
 	name := fmt.Sprintf("1 e2e %d×256B", cfg.n)
 	return []row{
 		{scenario: name, metric: "jobs/s", lib: rate(libRate.median()), base: rate(rawRate.median()),
-			ratio: ratioStr(rr.median()), goal: "≥ 0.95", result: passIf(rr.median() >= 0.95), spread: rr.spread()},
+			ratio: ratioStr(rr.median()), goal: "≥ 0.95", result: passIf(rr.median() >= 0.95), spread: rr.spread(), headline: true},
 		{scenario: name, metric: "publish→handle p50", lib: ms(libP50.median()), base: ms(rawP50.median()),
 			ratio: ratioStr(ratios(libP50, rawP50).median()), spread: ratios(libP50, rawP50).spread()},
 		{scenario: name, metric: "publish→handle p99", lib: ms(libP99.median()), base: ms(rawP99.median()),
 			ratio: ratioStr(ratios(libP99, rawP99).median()), spread: ratios(libP99, rawP99).spread()},
-		cpuRow(name, "broker CPU µs/job", libBroker, rawBroker, 1.1),
-		cpuRow(name, "Go CPU µs/job", libSelf, rawSelf, 1.3),
+		headlined(cpuRow(name, "broker CPU µs/job", libBroker, rawBroker, 1.1)),
+		headlined(cpuRow(name, "Go CPU µs/job", libSelf, rawSelf, 1.3)),
 	}, nil
 }
 
@@ -529,7 +529,7 @@ func scenarioQuorum(cfg config) ([]row, error) {
 	rr := ratios(quorumRate, classicRate)
 	return []row{
 		{scenario: name, metric: "jobs/s", lib: rate(quorumRate.median()), base: rate(classicRate.median()),
-			ratio: ratioStr(rr.median()), spread: rr.spread()},
+			ratio: ratioStr(rr.median()), spread: rr.spread(), headline: true},
 		{scenario: name, metric: "publish→handle p99", lib: ms(quorumP99.median()), base: ms(classicP99.median()),
 			ratio: ratioStr(ratios(quorumP99, classicP99).median()), spread: ratios(quorumP99, classicP99).spread()},
 	}, nil
@@ -668,12 +668,12 @@ func scenarioProducer(cfg config) ([]row, error) {
 	return []row{
 		{scenario: "2 producer", metric: fmt.Sprintf("confirmed pub/s, %d callers vs raw window %d", cfg.callers, cfg.window),
 			lib: rate(par.median()), base: rate(rawWin.median()), ratio: ratioStr(pr.median()), goal: "≥ 0.95",
-			result: passIf(pr.median() >= 0.95), spread: pr.spread()},
+			result: passIf(pr.median() >= 0.95), spread: pr.spread(), headline: true},
 		infoRow(cpuRow("2 producer", fmt.Sprintf("broker CPU µs per publish, %d callers vs raw window %d", cfg.callers, cfg.window), parBroker, winBroker, 0)),
 		infoRow(cpuRow("2 producer", fmt.Sprintf("Go CPU µs per publish, %d callers vs raw window %d", cfg.callers, cfg.window), parSelf, winSelf, 0)),
 		{scenario: "2 producer", metric: fmt.Sprintf("confirmed pub/s, ONE caller, EnqueueBatch of all %d vs raw window %d", cfg.n, cfg.window),
 			lib: rate(bat.median()), base: rate(rawWin.median()), ratio: ratioStr(br.median()), goal: "≥ 0.95",
-			result: passIf(br.median() >= 0.95), spread: br.spread()},
+			result: passIf(br.median() >= 0.95), spread: br.spread(), headline: true},
 		{scenario: "2 producer", metric: fmt.Sprintf("confirmed pub/s, ONE caller, one Enqueue at a time vs raw window %d", cfg.window),
 			lib: rate(ser.median()), base: rate(rawWin.median()), ratio: ratioStr(sr.median()), spread: sr.spread()},
 		{scenario: "2 producer", metric: "confirmed pub/s, ONE caller, one Enqueue at a time vs raw one in flight",
@@ -785,7 +785,7 @@ func scenarioPaced(cfg config) ([]row, error) {
 		{scenario: name, metric: "publish→handle p50", lib: ms(libP50.median()), base: ms(rawP50.median()),
 			ratio: ratioStr(ratios(libP50, rawP50).median()), spread: ratios(libP50, rawP50).spread()},
 		{scenario: name, metric: "publish→handle p99", lib: ms(libP99.median()), base: ms(rawP99.median()),
-			ratio: ratioStr(r99.median()), goal: "≤ 1.5× raw", result: passIf(r99.median() <= 1.5), spread: r99.spread()},
+			ratio: ratioStr(r99.median()), goal: "≤ 1.5× raw", result: passIf(r99.median() <= 1.5), spread: r99.spread(), headline: true},
 	}, nil
 }
 
@@ -949,10 +949,10 @@ func scenarioDeferral(cfg config) ([]row, error) {
 		{scenario: name, metric: "release lateness p50 (raw: TTL expiry)", lib: ms(p50.median()), base: ms(rawP50.median()),
 			ratio: ratioStr(ratios(p50, rawP50).median()), spread: ratios(p50, rawP50).spread()},
 		{scenario: name, metric: "release lateness p99 (raw: TTL expiry)", lib: ms(p99.median()), base: ms(rawP99.median()),
-			ratio: ratioStr(rr.median()), goal: "≤ 1.2", result: passIf(rr.median() <= 1.2), spread: rr.spread()},
+			ratio: ratioStr(rr.median()), goal: "≤ 1.2", result: passIf(rr.median() <= 1.2), spread: rr.spread(), headline: true},
 		{scenario: name, metric: "release lateness max", lib: ms(mx.median()), spread: mx.spread()},
 		{scenario: name, metric: "max of run - Defer call - 1 s (adds the confirmed publish)", lib: ms(fc.median()), spread: fc.spread()},
 		{scenario: name, metric: fmt.Sprintf("ahead of a %d-job backlog, priority 10", cfg.backlog),
-			lib: fmt.Sprintf("%.0f backlog jobs left", left.median()), goal: "all ahead", result: passIf(ahead)},
+			lib: fmt.Sprintf("%.0f backlog jobs left", left.median()), goal: "all ahead", result: passIf(ahead), headline: true},
 	}, nil
 }

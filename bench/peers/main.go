@@ -43,6 +43,7 @@ type benchConfig struct {
 
 type system struct {
 	name   string
+	module string // the client module it is built on, whose version -json reports
 	note   string
 	server string // the processes whose CPU per job is reported: beam.smp, redis-server or postgres
 	run    func(benchConfig) (float64, error)
@@ -51,7 +52,7 @@ type system struct {
 func main() {
 	var cfg benchConfig
 	var count int
-	var only string
+	var only, jsonPath string
 	flag.StringVar(&cfg.amqpURL, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL (queuey, machinery)")
 	flag.StringVar(&cfg.redisAddr, "redis", "127.0.0.1:6379", "Redis address (asynq)")
 	flag.StringVar(&cfg.pgURL, "pg", "postgres://postgres@127.0.0.1:5432/queuey_peers?sslmode=disable",
@@ -60,16 +61,17 @@ func main() {
 	flag.IntVar(&cfg.publishers, "publishers", 32, "concurrent enqueuing goroutines")
 	flag.IntVar(&cfg.concurrency, "concurrency", 10, "handlers at once (and prefetch on RabbitMQ)")
 	flag.IntVar(&count, "count", 1, "runs per system; the figure is the median")
+	flag.StringVar(&jsonPath, "json", "", "also write the results, with the versions built and run against, to this file (bench's -peers reads it)")
 	flag.StringVar(&only, "systems", "queuey,machinery,asynq,asynq-aof,river,river-insertmany", "comma-separated systems to run")
 	flag.Parse()
 
 	systems := []system{
-		{"queuey", "RabbitMQ, confirms, persistent, manual acks: durable", "beam.smp", runQueuey},
-		{"machinery v2", "RabbitMQ, confirms, persistent, acks after the task: durable", "beam.smp", runMachinery},
-		{"asynq", "Redis without persistence: not durable", "redis-server", runAsynq},
-		{"asynq-aof", "Redis, appendonly yes, appendfsync everysec: durable to the last second", "redis-server", runAsynqAOF},
-		{"river", "PostgreSQL, committed transactions: durable (one Insert per job; FetchCooldown 2ms, FetchPollInterval 20ms; InsertMany batches are faster: river-insertmany)", "postgres", runRiver},
-		{"river-insertmany", "PostgreSQL, committed transactions: durable (InsertMany, 1000 jobs a call from one caller: not the others' load)", "postgres", runRiverInsertMany},
+		{"queuey", "github.com/queuey-go/queuey", "RabbitMQ, confirms, persistent, manual acks: durable", "beam.smp", runQueuey},
+		{"machinery v2", "github.com/RichardKnop/machinery/v2", "RabbitMQ, confirms, persistent, acks after the task: durable", "beam.smp", runMachinery},
+		{"asynq", "github.com/hibiken/asynq", "Redis without persistence: not durable", "redis-server", runAsynq},
+		{"asynq-aof", "github.com/hibiken/asynq", "Redis, appendonly yes, appendfsync everysec: durable to the last second", "redis-server", runAsynqAOF},
+		{"river", "github.com/riverqueue/river", "PostgreSQL, committed transactions: durable (one Insert per job; FetchCooldown 2ms, FetchPollInterval 20ms; InsertMany batches are faster: river-insertmany)", "postgres", runRiver},
+		{"river-insertmany", "github.com/riverqueue/river", "PostgreSQL, committed transactions: durable (InsertMany, 1000 jobs a call from one caller: not the others' load)", "postgres", runRiverInsertMany},
 	}
 	fmt.Printf("peers: %s, GOMAXPROCS %d, n %d, %d publishers, concurrency %d, count %d\n",
 		runtime.Version(), runtime.GOMAXPROCS(0), cfg.n, cfg.publishers, cfg.concurrency, count)
@@ -91,13 +93,18 @@ func main() {
 			os.Exit(1)
 		}
 	}
+	selected := slices.DeleteFunc(systems, func(s system) bool {
+		return !slices.Contains(strings.Split(only, ","), strings.Fields(s.name)[0])
+	})
+	rep := newReport(cfg, count)
+	if jsonPath != "" {
+		rep.Servers = serverVersions(cfg, selected)
+	}
 	var queueyRate float64
 	failed := false
-	for _, s := range systems {
-		if !slices.Contains(strings.Split(only, ","), strings.Fields(s.name)[0]) {
-			continue
-		}
+	for _, s := range selected {
 		rates, serverUs, selfUs, err := measure(s, cfg, count)
+		rep.add(s, rates, serverUs, selfUs, err)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", s.name, err)
 			fmt.Fprintf(tw, "| %s \t failed: %v \t - \t - \t - \t - \t %s \t\n", s.name, err, s.note)
@@ -117,6 +124,12 @@ func main() {
 	}
 	_ = tw.Flush()
 	stopAOF() // before os.Exit, which runs no deferred call
+	if jsonPath != "" {
+		if err := rep.write(jsonPath); err != nil {
+			fmt.Fprintln(os.Stderr, "peers:", err)
+			failed = true
+		}
+	}
 	if failed {
 		os.Exit(1)
 	}
