@@ -524,8 +524,10 @@ func TestCallsTheBrokerDoesNotTakeEndSoonAfterTheirCtx(t *testing.T) {
 // keep its socket moving) but answers nothing holds a declare past its ctx
 // only until the answer cap (3 s here; 30 s in production), not for as
 // long as the socket moves.
+//
+// Not parallel: the cap is the package's, and the parallel tests, paused
+// while the sequential ones run, would read it.
 func TestARequestTheBrokerTakesButNeverAnswersEndsAtTheCap(t *testing.T) {
-	t.Parallel()
 	rabbitmq.SetAnswerCap(t, 3*time.Second)
 	proxy, b, queue := dialThroughProxy(t, "answer-cap", &rabbitmq.Options{Heartbeat: time.Second})
 	proxy.mute()
