@@ -417,7 +417,6 @@ func scenarioScale(cfg config) ([]row, error) {
 			metric:   fmt.Sprintf("jobs/s (c=8); live heap/job after; goroutines %d", gr),
 			lib:      fmt.Sprintf("%s; %.0f B", rate(r.median()), heap.median()),
 			ratio:    fmt.Sprintf("%.2f vs 1 queue", r.median()/base), spread: r.spread(),
-			headline: nq == 100,
 		})
 	}
 	for _, n := range []int{0, 10000, 100000} {

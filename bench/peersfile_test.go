@@ -20,7 +20,8 @@ func TestReadPeersRealSample(t *testing.T) {
 		t.Fatalf("queuey: %+v %v", q, ok)
 	}
 	rows := peerSummaryRows(p)
-	if len(rows) != 5 || !strings.Contains(rows[0].what, "machinery v2 v2.0.13") || !strings.HasPrefix(rows[0].goal, "≥ 1.1 ") {
+	if len(rows) != 1 || strings.Count(rows[0].baseline, ";") != 4 || !strings.Contains(rows[0].baseline, "machinery v2 v2.0.13: ") ||
+		!strings.HasPrefix(rows[0].goal, "≥ 1.1 vs machinery v2 ") {
 		t.Errorf("summary rows %+v", rows)
 	}
 }

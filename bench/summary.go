@@ -42,29 +42,35 @@ func goalCell(goal, result string) string {
 	return strings.TrimSpace(goal + " " + resultCell(result))
 }
 
-// peerSummaryRows are queuey against each other system that ran: the
-// ratio is queuey's median jobs/s over the peer's.
+// peerSummaryRows is queuey against the other systems that ran, in one
+// row: queuey's median jobs/s, then each peer's with queuey's ratio to it
+// (queuey's median over the peer's), and the goals against the peers that
+// have one.
 func peerSummaryRows(p *peersReport) []summaryRow {
 	q, ok := p.queuey()
 	if !ok {
 		return nil
 	}
-	var out []summaryRow
+	var peers, ratios, goals []string
 	for _, s := range p.Systems {
 		if s.Name == "queuey" || s.Error != "" || len(s.Rates) == 0 {
 			continue
 		}
 		ratio := q.Rates.median() / s.Rates.median()
-		goal := "-"
+		peers = append(peers, fmt.Sprintf("%s %s: %s", s.Name, s.Version, rate(s.Rates.median())))
+		ratios = append(ratios, fmt.Sprintf("%s vs %s", ratioStr(ratio), s.Name))
 		if g, ok := peerGoals[s.Name]; ok {
-			goal = fmt.Sprintf("≥ %g %s", g, resultCell(passIf(ratio >= g)))
+			goals = append(goals, fmt.Sprintf("≥ %g vs %s %s", g, s.Name, resultCell(passIf(ratio >= g))))
 		}
-		out = append(out, summaryRow{
-			what: fmt.Sprintf("peers, same load: jobs/s, queuey vs %s %s", s.Name, s.Version), link: anchor(peersHeading),
-			queuey: rate(q.Rates.median()), baseline: rate(s.Rates.median()), ratio: ratioStr(ratio), goal: goal,
-		})
 	}
-	return out
+	if len(peers) == 0 {
+		return nil
+	}
+	return []summaryRow{{
+		what: "peers, same load: jobs/s", link: anchor(peersHeading),
+		queuey: rate(q.Rates.median()), baseline: strings.Join(peers, "; "),
+		ratio: strings.Join(ratios, "; "), goal: dash(strings.Join(goals, "; ")),
+	}}
 }
 
 // benchSummaryRows are the Go benchmarks' goals whose benchmark ran.
@@ -108,8 +114,6 @@ func writeSummary(w io.Writer, rep runReport, docPath string) {
 	}
 	writeTable(w, []string{"", "queuey", "baseline, same run", "ratio", "goal"}, cells)
 	fmt.Fprintln(w)
-	writeWrapped(w, fmt.Sprintf("From the run of %s on %s (%d logical cores, GOMAXPROCS %d), medians of %s; "+
-		"a ratio is queuey ÷ its baseline (the peers': ratio of the medians). Method, every figure and its spread: "+
-		"[%s](%s).", rep.date.Format(dateFormat), rep.host.cpu, rep.host.cores, rep.host.gomaxprocs, runs(rep.cfg.count),
-		docPath, docPath))
+	writeWrapped(w, fmt.Sprintf("Run of %s on %s (%d cores), medians of %s; every figure and its spread: [%s](%s).",
+		rep.date.Format(dateFormat), rep.host.cpu, rep.host.cores, runs(rep.cfg.count), docPath, docPath))
 }
