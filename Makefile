@@ -74,7 +74,7 @@ bench:
 ## bench:summary markers) written from one run of everything: the peers
 ## (-json), the trace benchmarks of trace/sdktest (TRACE_BENCH), then
 ## ./bench with BENCH_FLAGS (-markdown, -peers, -gobench, -readme).
-## Run it alone: about 10 minutes on 2 cores.
+## Run it alone: about 6 minutes on 2 cores.
 ## (TRACE_DIR, BENCHMARKS_MD and README_MD move its inputs and outputs.)
 TRACE_BENCH ?= -run '^$$' -bench 'Instrumentation/work50us|SDKFloor' -benchtime 60000x -count 3
 TRACE_DIR ?= trace/sdktest
