@@ -81,9 +81,12 @@ func giveBackTasks(pool chan task) {
 	}
 }
 
-// perform carries out one task and says how it went: what is to become of
-// its delivery, which the queue actor then settles. The handler goroutine
-// never waits for the broker.
+// perform carries out one task and says how it went. It never waits for
+// the broker: a delivery that only needs an ack (a success) or a requeue
+// is settled at once, by a write the broker does not answer; one that
+// needs a publish first (a retry, a deferral, a dead letter, a copy) goes
+// to the queue actor, which has the hold actor make it and acks on its
+// confirm.
 func (w *Worker) perform(t task) report {
 	if t.heldBack() {
 		return report{unstarted: t.d, alone: t.alone}
@@ -92,7 +95,11 @@ func (w *Worker) perform(t task) report {
 		return w.runSuspect(t)
 	}
 	s := w.process(t)
-	r := report{settle: &s}
+	if s.action == actAck || s.action == actRequeue {
+		w.settled(&s) // on this goroutine's stack: no allocation for most jobs
+		return report{}
+	}
+	r := report{settle: s.kept()}
 	if s.pausing {
 		r.paused = make(chan struct{})
 	}
