@@ -65,9 +65,8 @@
 //	QUEUEY_FAULTS=1 go test -race -count=1 -run '^TestFault' ./chaos/
 //
 // QUEUEY_CHAOS=full adds the long ones (broker kill -9 and stop_app, a
-// frozen broker, consumer_timeout, the 3-minute soak) and the tests that
-// pin known library bugs, which fail until those are fixed; make faults
-// runs them all. QUEUEY_CHAOS_SCORES=file writes the score lines to file;
+// frozen broker, consumer_timeout, the 3-minute soak); make faults runs
+// them all, with the fault tests of broker/rabbitmq. QUEUEY_CHAOS_SCORES=file writes the score lines to file;
 // QUEUEY_CHAOS_KEEP=dir keeps each run's ledgers and worker logs there.
 // The tests put the broker back as they found it (start_app, a restart
 // after kill -9, SIGCONT, the alarms' previous limits, consumer_timeout)

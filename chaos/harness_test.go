@@ -40,7 +40,7 @@ import (
 func needFaults(t *testing.T) {
 	t.Helper()
 	if os.Getenv("QUEUEY_FAULTS") != "1" {
-		t.Skip("disturbs the shared broker; run with QUEUEY_FAULTS=1 (make faults; make chaos runs the long faults too)")
+		t.Skip("disturbs the shared broker; run with QUEUEY_FAULTS=1 (make faults runs every fault test)")
 	}
 }
 
@@ -48,7 +48,7 @@ func needFull(t *testing.T) {
 	t.Helper()
 	needFaults(t)
 	if os.Getenv("QUEUEY_CHAOS") != "full" {
-		t.Skip("part of the full set: QUEUEY_CHAOS=full (make chaos)")
+		t.Skip("part of the full set: QUEUEY_CHAOS=full (make faults)")
 	}
 }
 
