@@ -379,15 +379,10 @@ func (l *queueLoop) ranToSettle(r report) {
 	l.settle(s)
 }
 
-// settle settles a delivery as its handler's run decided: an ack (or a
-// requeue) at once; a publish first, through the hold actor, whose answer
-// (published) acks it.
+// settle has the hold actor make the publish s needs (a hold, a dead
+// letter, a copy); its answer (published) acks the delivery. An ack alone
+// is made by the handler goroutine (perform).
 func (l *queueLoop) settle(s *settlement) {
-	if s.action == actAck || s.action == actRequeue {
-		l.w.settled(s)
-		l.settledOne(s)
-		return
-	}
 	l.publishing++
 	s.run = l.run
 	if err := l.w.hold.tell(s, l.reports); err != nil {
@@ -397,10 +392,10 @@ func (l *queueLoop) settle(s *settlement) {
 	l.publishInFlight()
 }
 
-// published takes the hold actor's answer about s's publish: on a confirm
-// the delivery is acked (a PauseQueue's pause, taken when its handler
-// returned, lasts until its job is back, counted from the confirm); a
-// failure is tried again after a backoff, or ends as failedTry says.
+// published takes the hold actor's answer about s's publish: confirmed,
+// and the delivery acked (a PauseQueue's pause, taken when its handler
+// returned, lasts until its job is back, counted from the confirm); or
+// failed, to be tried again after a backoff, or to end as failedTry says.
 func (l *queueLoop) published(s *settlement, err error) {
 	if err != nil {
 		switch l.w.failedTry(s, err) {
@@ -416,18 +411,18 @@ func (l *queueLoop) published(s *settlement, err error) {
 			l.settle(s)
 			return
 		}
+		// nowRequeue: s now gives the delivery back
+		l.w.settled(s)
 	} else if s.pausing && !l.stopped {
 		l.pauseLonger(s)
 	}
-	l.w.settled(s)
 	l.settledOne(s)
 }
 
 // pauseLonger makes the pause of s, a PauseQueue whose job is now held,
-// last until the job is back counted from now, if the queue is still
-// paused.
+// last until the job is back (s.out.PausedUntil, counted from the
+// confirm), if the queue is still paused.
 func (l *queueLoop) pauseLonger(s *settlement) {
-	s.out.PausedUntil = l.w.pausedUntil(s)
 	if (l.consumer == nil || l.draining) && s.out.PausedUntil.After(l.resumeAt) {
 		l.resumeAt, l.retrying = s.out.PausedUntil, false
 	}

@@ -89,7 +89,7 @@ type holdActor struct {
 	inbox     *actor.Actor[holdRequest]
 	slots     *semaphore.Weighted       // one per publish in flight: their bound
 	publishes sync.WaitGroup            // the publishes in flight; Run waits for them
-	publish   func(s *settlement) error // a settlement's publish (Worker.publishOf)
+	publish   func(s *settlement) error // a settlement's publish and ack (Worker.publishAndAck)
 }
 
 // holdRequest asks the hold actor for one publish: a settlement's, whose
@@ -107,8 +107,8 @@ type holdRequest struct {
 }
 
 // newHoldActor returns a hold actor with up to inFlight publishes at once
-// (below 1 means 1), made by publish for settlements; a request beyond
-// them waits in its mailbox.
+// (below 1 means 1), made (and their deliveries acked) by publish for
+// settlements; a request beyond them waits in its mailbox.
 func newHoldActor(h holder, inFlight int, publish func(*settlement) error) *holdActor {
 	a := &holdActor{holder: h, slots: semaphore.NewWeighted(int64(max(inFlight, 1))), publish: publish}
 	a.inbox = actor.New("hold", max(inFlight, 1), a.receive)

@@ -266,9 +266,23 @@ func (w *Worker) act(s *settlement) error {
 	return nil
 }
 
-// publishOf makes the publish s needs, on a goroutine of the hold actor's;
-// a hold is not waited for, nor a PauseQueue's pause, which the queue
-// actor takes on the answer.
+// publishAndAck makes the publish s needs and, once it is confirmed, acks
+// the delivery, on a goroutine of the hold actor's: the ack follows the
+// confirm at once, so that a connection lost in between (the job held, and
+// redelivered as well) is as unlikely as it can be. The queue actor is
+// told after.
+func (w *Worker) publishAndAck(s *settlement) error {
+	if err := w.publishOf(s); err != nil {
+		return err
+	}
+	if s.pausing {
+		s.out.PausedUntil = w.pausedUntil(s) // its job is back then
+	}
+	w.settled(s)
+	return nil
+}
+
+// publishOf makes the publish s needs.
 func (w *Worker) publishOf(s *settlement) error {
 	switch s.action {
 	case actHold:

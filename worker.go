@@ -288,7 +288,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, q := range w.queues {
 		buffer += q.prefetch
 	}
-	w.hold = newHoldActor(holder{backend: w.backend, set: w.set, log: w.log, clock: w.clock}, 2*buffer, w.publishOf)
+	w.hold = newHoldActor(holder{backend: w.backend, set: w.set, log: w.log, clock: w.clock}, 2*buffer, w.publishAndAck)
 	defer w.hold.Stop()
 	tasks, quit := make(chan task, buffer), make(chan struct{})
 	var pool sync.WaitGroup
