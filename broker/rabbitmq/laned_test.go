@@ -12,9 +12,10 @@ import (
 // work queue hands out the lane's first. Each round starts a consumer
 // afresh, as a pause's end or a restart does: the moment when which of
 // the two queues' first delivery reached the laned consumer first was
-// left to the scheduling of goroutines.
+// left to the scheduling of goroutines. Not parallel: under the load of
+// the parallel tests a backlog job went first in one run of many; the
+// lane's lead at a start is one of time (ARCHITECTURE.md, the lane).
 func TestALanedConsumerStartsWithItsLane(t *testing.T) {
-	t.Parallel()
 	b := rabbittest.Dial(t, nil)
 	defer b.Close()
 	q := unique("lanefirst") + ".work"

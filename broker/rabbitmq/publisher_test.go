@@ -69,12 +69,14 @@ func TestANackedPublishIsTriedAgainUntilItsCtxEnds(t *testing.T) {
 	if err := b.Publish(t.Context(), msg); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	// Long enough for the broker's nacks to come back under the load of
+	// the tests beside this one.
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	if err := b.Publish(ctx, msg); !errors.Is(err, rabbitmq.ErrNacked) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("publish into a full queue: %v; want ErrNacked after its ctx ended", err)
 	}
-	ctx, cancel = context.WithTimeout(t.Context(), 300*time.Millisecond)
+	ctx, cancel = context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	var batchErr error
 	b.PublishBatch(ctx, []broker.Message{msg}, func(_ int, err error) { batchErr = err })
