@@ -380,8 +380,9 @@ func (l *queueLoop) ranToSettle(r report) {
 }
 
 // settle has the hold actor make the publish s needs (a hold, a dead
-// letter, a copy); its answer (published) acks the delivery. An ack alone
-// is made by the handler goroutine (perform).
+// letter, a copy) and ack the delivery on its confirm; its answer comes
+// back as published. An ack alone is made by the handler goroutine
+// (perform).
 func (l *queueLoop) settle(s *settlement) {
 	l.publishing++
 	s.run = l.run

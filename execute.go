@@ -85,8 +85,8 @@ func giveBackTasks(pool chan task) {
 // the broker: a delivery that only needs an ack (a success) or a requeue
 // is settled at once, by a write the broker does not answer; one that
 // needs a publish first (a retry, a deferral, a dead letter, a copy) goes
-// to the queue actor, which has the hold actor make it and acks on its
-// confirm.
+// to the queue actor, which has the hold actor make it and ack the
+// delivery on its confirm.
 func (w *Worker) perform(t task) report {
 	if t.heldBack() {
 		return report{unstarted: t.d, alone: t.alone}

@@ -26,9 +26,9 @@ const (
 )
 
 // settlement is what is to become of one delivery, and how far telling the
-// broker has come. A handler goroutine makes it and reports it to its
-// queue actor, which acks the delivery, or first has the hold actor make
-// the publish it needs and acks on its confirm; a failed publish is tried
+// broker has come. A handler goroutine makes it and acks a success
+// itself; one that needs a publish goes to its queue actor, which has the
+// hold actor make it and ack on its confirm; a failed publish is tried
 // again after a backoff, never by running the handler again. A suspect
 // run alone is settled on its handler goroutine (settle).
 type settlement struct {
