@@ -25,8 +25,11 @@ type queueActor struct {
 	fail     context.CancelCauseFunc // stops the whole worker, for a closed backend
 	stopping context.Context         // ends when the worker starts to stop
 	inFlight *atomic.Int32           // the deliveries it holds, for Worker.InFlight
+	reports  chan report             // from its handlers and the hold actor, for every run
 	ran      bool                    // a run before this one, which crashed: its consumer lost, most often (declareAgain)
 	away     bool                    // the queue's node was down at the last consume (ErrUnavailable)
+	run      int                     // the current run, counted from 1; a report of an earlier one is stale
+	stale    int                     // tasks and publishes of earlier runs not reported yet
 }
 
 // errConsumerLost reports a consumer that ended on its own.
@@ -57,10 +60,11 @@ type queueLoop struct {
 	consumer     broker.Consumer        // nil between consumers (paused)
 	lease        *consumerLease         // the consumer's: it ends once no settle of its waits
 	in           <-chan broker.Delivery // the consumer's deliveries; nil once drained
-	reports      chan report            // from the handlers of this run
+	reports      chan report            // the actor's: from its handlers and the hold actor
 	mailbox      []broker.Delivery      // received, not started (from head on): at most prefetch
 	head         int                    // the oldest in mailbox
 	running      int                    // tasks handed to the pool, not yet reported
+	publishing   int                    // settlements whose publish the hold actor makes
 	retries      []*settlement          // settles that failed, each waiting its backoff
 	draining     bool                   // the consumer was stopped: for a pause or a suspect
 	holdBack     chan struct{}          // closed when a pause or a stop starts: tasks handed out and not started stay so
@@ -68,8 +72,8 @@ type queueLoop struct {
 	retrying     bool                   // resumeAt is a consume to try again (ErrInUse, ErrUnavailable), not a pause's end
 	isolating    bool                   // suspects to run alone once drained (poison.go)
 	aloneRunning bool                   // the pool is running one
-	offered      int                    // the retry nextTask offered, or -1
 	nextLook     time.Time              // when to look for suspects again (PoisonAfter)
+	stopped      bool                   // the worker is stopping: no pause, no settle tried again
 
 	timer   *clock.Timer
 	timerAt time.Time
@@ -83,9 +87,10 @@ func (a *queueActor) Run(ctx context.Context) error {
 	stopCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	defer context.AfterFunc(a.stopping, stop)()
-	l := &queueLoop{queueActor: a, ctx: ctx, done: stopCtx.Done(), handlerCtx: handlerCtx, cancelHandlers: cancel,
-		reports: make(chan report, 2*a.q.prefetch)}
+	a.run++
+	l := &queueLoop{queueActor: a, ctx: ctx, done: stopCtx.Done(), handlerCtx: handlerCtx, cancelHandlers: cancel, reports: a.reports}
 	defer l.stopTimer()
+	defer func() { a.stale += l.running + l.publishing }() // their reports come to the next run
 	if a.ran {
 		l.declareAgain(stopCtx)
 	}
@@ -157,6 +162,9 @@ func (l *queueLoop) doReady() (did bool, _ error) {
 		default:
 		}
 		break
+	}
+	if l.resettleDue() {
+		did = true
 	}
 	for next, pool := l.nextTask(); pool != nil; next, pool = l.nextTask() {
 		select {
@@ -319,8 +327,21 @@ func (l *queueLoop) dropStale() {
 	l.publishInFlight()
 }
 
-// reported takes a handler's message.
+// reported takes a message about a task or a settlement: from a handler
+// goroutine, or from the hold actor.
 func (l *queueLoop) reported(r report) {
+	switch {
+	case r.run != l.run:
+		l.reportedStale(r)
+		return
+	case r.settle != nil:
+		l.ranToSettle(r)
+		return
+	case r.published != nil:
+		l.publishing--
+		l.published(r.published, r.err)
+		return
+	}
 	if !r.pauseUntil.IsZero() {
 		l.pause(r.pauseUntil)
 	}
@@ -338,6 +359,134 @@ func (l *queueLoop) reported(r report) {
 		l.keepRetry(r.retry)
 	}
 	l.publishInFlight()
+}
+
+// ranToSettle takes a handler's run that is over: a PauseQueue pauses the
+// queue before its handler goroutine takes another task (but not in a
+// stop), then the delivery is settled.
+func (l *queueLoop) ranToSettle(r report) {
+	l.running--
+	s := r.settle
+	if s.pausing && l.stopped {
+		s.pausing = false
+	}
+	if s.pausing {
+		l.pause(l.w.pauseOn(s))
+	}
+	if r.paused != nil {
+		close(r.paused)
+	}
+	l.settle(s)
+}
+
+// settle has the hold actor make the publish s needs (a hold, a dead
+// letter, a copy) and ack the delivery on its confirm; its answer comes
+// back as published. An ack alone is made by the handler goroutine
+// (perform).
+func (l *queueLoop) settle(s *settlement) {
+	l.publishing++
+	s.run = l.run
+	if err := l.w.hold.tell(s, l.reports); err != nil {
+		l.publishing--
+		l.published(s, err)
+	}
+	l.publishInFlight()
+}
+
+// published takes the hold actor's answer about s's publish: confirmed,
+// and the delivery acked (a PauseQueue's pause, taken when its handler
+// returned, lasts until its job is back, counted from the confirm); or
+// failed, to be tried again after a backoff, or to end as failedTry says.
+func (l *queueLoop) published(s *settlement, err error) {
+	if err != nil {
+		switch l.w.failedTry(s, err) {
+		case tryAgain:
+			if l.stopped { // not tried again: the delivery goes back to the broker
+				l.w.giveUpSettling(s)
+				return
+			}
+			l.keepRetry(s)
+			l.publishInFlight()
+			return
+		case nowDeadLetter:
+			l.settle(s)
+			return
+		}
+		// nowRequeue: s now gives the delivery back
+		l.w.settled(s)
+	} else if s.pausing && !l.stopped {
+		l.pauseLonger(s)
+	}
+	l.settledOne(s)
+}
+
+// pauseLonger makes the pause of s, a PauseQueue whose job is now held,
+// last until the job is back (s.out.PausedUntil, counted from the
+// confirm), if the queue is still paused.
+func (l *queueLoop) pauseLonger(s *settlement) {
+	if (l.consumer == nil || l.draining) && s.out.PausedUntil.After(l.resumeAt) {
+		l.resumeAt, l.retrying = s.out.PausedUntil, false
+	}
+}
+
+// settledOne takes what a settlement that is over leaves: its consumer's
+// lease, the suspects' turn for a job moved to them.
+func (l *queueLoop) settledOne(s *settlement) {
+	if s.leased {
+		s.leased = false
+		s.lease.release()
+	}
+	if s.suspected && l.w.poisonAfter > 0 {
+		l.isolate()
+	}
+	l.publishInFlight()
+}
+
+// resettleDue has the hold actor try again each settle whose backoff is
+// over. It reports whether there was one.
+func (l *queueLoop) resettleDue() bool {
+	if len(l.retries) == 0 {
+		return false
+	}
+	now := l.w.clock.Now()
+	var due []*settlement
+	kept := l.retries[:0]
+	for _, s := range l.retries {
+		if s.due.After(now) {
+			kept = append(kept, s)
+		} else {
+			due = append(due, s)
+		}
+	}
+	clear(l.retries[len(kept):])
+	l.retries = kept
+	for _, s := range due {
+		l.settle(s)
+	}
+	return len(due) > 0
+}
+
+// reportedStale takes a report of an earlier run, whose consumer was lost
+// with its deliveries: the broker has them back, to hand out again as
+// redelivered, so a settlement ends as requeued, unsettled (and, with
+// PoisonAfter, its job comes back a suspect, as from a crash).
+func (l *queueLoop) reportedStale(r report) {
+	if r.paused != nil {
+		close(r.paused)
+	}
+	if r.notice {
+		return
+	}
+	l.stale--
+	for _, s := range []*settlement{r.settle, r.published, r.retry} {
+		if s != nil {
+			s.finishAs(Requeued)
+			if s.leased {
+				s.leased = false
+				s.lease.release()
+			}
+		}
+	}
 }
 
 // keepRetry keeps a settle that failed until its backoff is over. Its
@@ -367,9 +516,6 @@ func (l *queueLoop) taskDone(r report) bool {
 	l.running--
 	if r.unstarted != nil {
 		l.giveBack(r.unstarted)
-	}
-	if r.redone != nil && r.redone.leased {
-		r.redone.lease.release()
 	}
 	return true
 }
@@ -416,7 +562,7 @@ func (l *queueLoop) afterEvent() error {
 		l.lookWhenDue()
 		return nil
 	}
-	if l.in != nil || l.running > 0 || l.held() > 0 {
+	if l.in != nil || l.running > 0 || l.publishing > 0 || l.held() > 0 {
 		return nil
 	}
 	if l.isolating || l.aloneRunning {
@@ -485,59 +631,35 @@ func (l *queueLoop) stopTimer() {
 }
 
 // nextTask is what the loop would hand the pool now, and the pool's
-// channel, or a nil channel when nothing is ready: a settle to try again
-// whose backoff is over, else the oldest delivery not started, else a
-// suspect whose turn to run alone has come. started takes it off.
+// channel, or a nil channel when nothing is ready: the oldest delivery
+// not started, else a suspect whose turn to run alone has come. started
+// takes it off.
 func (l *queueLoop) nextTask() (task, chan<- task) {
-	t := task{ctx: l.handlerCtx, holdBack: l.holdBack, q: l.q, reports: l.reports}
-	l.offered = -1
-	if i := l.dueRetry(); i >= 0 {
-		t.redo, l.offered = l.retries[i], i
-		return t, l.pool
-	}
+	t := task{ctx: l.handlerCtx, holdBack: l.holdBack, q: l.q, reports: l.reports, run: l.run}
 	if l.held() > 0 {
 		t.d = l.mailbox[l.head]
 		return t, l.pool
 	}
-	if l.isolating && !l.aloneRunning && l.in == nil && l.running == 0 {
+	if l.isolating && !l.aloneRunning && l.in == nil && l.running == 0 && l.publishing == 0 {
 		t.alone = true
 		return t, l.pool
 	}
 	return t, nil
 }
 
-// dueRetry is the index of a retry whose backoff is over, or -1.
-func (l *queueLoop) dueRetry() int {
-	if len(l.retries) == 0 {
-		return -1
-	}
-	now := l.w.clock.Now()
-	for i, s := range l.retries {
-		if !s.due.After(now) {
-			return i
-		}
-	}
-	return -1
-}
-
 // started records that the pool took the task nextTask offered.
 func (l *queueLoop) started() {
 	l.running++
-	switch {
-	case l.offered >= 0:
-		l.retries = append(l.retries[:l.offered], l.retries[l.offered+1:]...)
-		l.publishInFlight()
-	case l.held() > 0:
+	if l.held() > 0 {
 		l.mailbox[l.head] = nil
 		l.head++
 		if l.head == len(l.mailbox) {
 			l.mailbox, l.head = l.mailbox[:0], 0
 		}
-		l.publishInFlight()
-	default:
+	} else {
 		l.aloneRunning = true
-		l.publishInFlight()
 	}
+	l.publishInFlight()
 }
 
 // giveBack returns deliveries that were not started to the broker (see
@@ -549,10 +671,10 @@ func (l *queueLoop) giveBack(ds ...broker.Delivery) {
 }
 
 // publishInFlight publishes, for Worker.InFlight, how many deliveries the
-// actor holds unsettled: in its mailbox, with the pool, or waiting for a
-// settle to be tried again.
+// actor holds unsettled: in its mailbox, with the pool, waiting for their
+// publish, or for a settle to be tried again.
 func (l *queueLoop) publishInFlight() {
-	l.inFlight.Store(int32(l.held() + l.running + len(l.retries)))
+	l.inFlight.Store(int32(l.held() + l.running + l.publishing + len(l.retries)))
 }
 
 // held is how many deliveries the mailbox holds.

@@ -14,28 +14,32 @@ import (
 )
 
 // task is a message to the worker's handler goroutines: run one delivery
-// to its settlement, or try again a settle that failed (redo).
+// up to what is to become of it, and report that to its queue actor.
 type task struct {
 	ctx      context.Context // the queue actor's handler ctx: ends at a hard stop or with the consumer
 	holdBack <-chan struct{} // closed once the queue actor starts nothing more (a pause, a stop)
 	q        *queueConfig
 	d        broker.Delivery
-	alone    bool        // take a job from the suspects queue and run it alone (poison.go); d is nil
-	redo     *settlement // a settle to try again, instead of running d
+	alone    bool // take a job from the suspects queue and run it alone (poison.go); d is nil
 	reports  chan<- report
+	run      int // the queue actor's run that handed it out
 }
 
-// report is a handler goroutine's message to its queue actor.
+// report is a message to a queue actor: from a handler goroutine, about
+// its task, or from the hold actor, about a settlement's publish.
 type report struct {
-	pauseUntil time.Time       // a handler paused the queue until then (PauseQueue)
+	run        int             // the queue actor's run it is about (task.run, settlement.run)
+	settle     *settlement     // a handler's run is over: the queue actor settles its delivery
+	published  *settlement     // the hold actor: the publish the settlement needed is over, with err
+	err        error           // published's error
+	pauseUntil time.Time       // a handler paused the queue until then (PauseQueue, a suspect's)
 	notice     bool            // only the pause: the task goes on once paused is closed
-	paused     chan<- struct{} // for the notice: closed once the queue actor has paused
+	paused     chan struct{}   // for the notice and a pausing settle: closed once the queue actor has paused
 	alone      bool            // the task was to run a suspect alone
 	ranSuspect bool            // and it found one
 	suspected  bool            // a job was moved to the suspects queue: time to run them
 	unstarted  broker.Delivery // the task was not started: the queue actor held it back
-	retry      *settlement     // settling failed: to be tried again after a backoff
-	redone     *settlement     // a settle tried again is over (done, or given up)
+	retry      *settlement     // a suspect's settling failed: to be tried again after a backoff
 }
 
 // serve is one of the worker's handler goroutines: it performs tasks until
@@ -45,7 +49,12 @@ func (w *Worker) serve(tasks <-chan task, quit <-chan struct{}) {
 	for {
 		select {
 		case t := <-tasks:
-			t.reports <- w.perform(t)
+			r := w.perform(t)
+			r.run = t.run
+			t.reports <- r
+			if r.paused != nil { // a PauseQueue: its queue's next tasks are held back first
+				waitPaused(t.ctx, r.paused)
+			}
 		case <-quit:
 			return
 		}
@@ -68,24 +77,17 @@ func (t task) heldBack() bool {
 // the broker at once, not once a handler goroutine is free to refuse them.
 func giveBackTasks(pool chan task) {
 	for t, ok := tryRecv(pool); ok; t, ok = tryRecv(pool) {
-		if t.redo == nil {
-			t.reports <- report{unstarted: t.d, alone: t.alone}
-		} else {
-			t.reports <- report{retry: t.redo}
-		}
+		t.reports <- report{run: t.run, unstarted: t.d, alone: t.alone}
 	}
 }
 
-// perform carries out one task and says how it went.
+// perform carries out one task and says how it went. It never waits for
+// the broker: a delivery that only needs an ack (a success) or a requeue
+// is settled at once, by a write the broker does not answer; one that
+// needs a publish first (a retry, a deferral, a dead letter, a copy) goes
+// to the queue actor, which has the hold actor make it and ack the
+// delivery on its confirm.
 func (w *Worker) perform(t task) report {
-	if t.redo != nil {
-		r := w.settle(t.redo)
-		if r.retry == nil {
-			r.redone = t.redo
-			r.suspected = t.redo.suspected
-		}
-		return r
-	}
 	if t.heldBack() {
 		return report{unstarted: t.d, alone: t.alone}
 	}
@@ -93,9 +95,24 @@ func (w *Worker) perform(t task) report {
 		return w.runSuspect(t)
 	}
 	s := w.process(t)
-	r := w.settle(&s)
-	r.suspected = s.suspected && r.retry == nil
+	if s.action == actAck || s.action == actRequeue {
+		w.settled(&s) // on this goroutine's stack: no allocation for most jobs
+		return report{}
+	}
+	r := report{settle: s.kept()}
+	if s.pausing {
+		r.paused = make(chan struct{})
+	}
 	return r
+}
+
+// waitPaused waits until the queue actor has paused (it closes paused),
+// or ctx ends.
+func waitPaused(ctx context.Context, paused chan struct{}) {
+	select {
+	case <-paused:
+	case <-ctx.Done():
+	}
 }
 
 // process runs one delivery up to what is to become of it, telling the
@@ -116,7 +133,7 @@ func (w *Worker) process(t task) settlement {
 	if s.msg.Headers == nil && s.action != actAck && s.action != actRequeue {
 		s.msg.Headers = carriedHeaders(msg.Headers)
 	}
-	s.ctx, s.d, s.q, s.hook, s.reports = ctx, t.d, t.q, hook, t.reports
+	s.ctx, s.d, s.q, s.hook, s.reports, s.run = ctx, t.d, t.q, hook, t.reports, t.run
 	return s
 }
 

@@ -75,34 +75,42 @@ func (h holder) holdQueue(queue string, ttl time.Duration) string {
 	return broker.HoldQueueName(queue, ttl)
 }
 
-// holdActor is the worker's hold actor: every retry and deferral of its
-// queue actors is a message to it. It keeps many holds in flight, each
-// answered once the broker has confirmed that publish, never one request
-// at a time; a failed publish is an answer, not a crash. The hold queues
-// themselves are declared by the backend as it publishes into them (see
+// holdActor is the worker's hold actor: every publish a settlement needs
+// (a retry's or a deferral's hold, a dead letter, a copy) is a message to
+// it from the queue actor that owns the delivery. It keeps many publishes
+// in flight, as many as the deliveries that wait for one, and answers
+// each once the broker has confirmed it, never one request at a time; a
+// failed publish is an answer, not a crash. The hold queues themselves are
+// declared by the backend as it publishes into them (see
 // broker.Backend.Hold), so that a producer's waits and a worker's share
 // one record of them.
 type holdActor struct {
 	holder
 	inbox     *actor.Actor[holdRequest]
-	slots     *semaphore.Weighted // one per publish in flight: their bound
-	publishes sync.WaitGroup      // the publishes in flight; Run waits for them
+	slots     *semaphore.Weighted       // one per publish in flight: their bound
+	publishes sync.WaitGroup            // the publishes in flight; Run waits for them
+	publish   func(s *settlement) error // a settlement's publish and ack (Worker.publishAndAck)
 }
 
-// holdRequest asks the hold actor to hold msg for delay. ctx is the
-// asker's: it bounds the publish, which outlives the message.
+// holdRequest asks the hold actor for one publish: a settlement's, whose
+// answer goes to its queue actor as a report, or a hold of msg for delay
+// (ask), answered on reply. ctx is the asker's: it bounds the publish,
+// which outlives the message.
 type holdRequest struct {
-	ctx   context.Context
-	msg   broker.Message
-	delay time.Duration
-	kind  holdKind
-	reply actor.Reply[struct{}]
+	ctx    context.Context
+	settle *settlement
+	answer chan<- report // for settle
+	msg    broker.Message
+	delay  time.Duration
+	kind   holdKind
+	reply  actor.Reply[struct{}]
 }
 
 // newHoldActor returns a hold actor with up to inFlight publishes at once
-// (below 1 means 1); a request beyond them waits in its mailbox.
-func newHoldActor(h holder, inFlight int) *holdActor {
-	a := &holdActor{holder: h, slots: semaphore.NewWeighted(int64(max(inFlight, 1)))}
+// (below 1 means 1), made (and their deliveries acked) by publish for
+// settlements; a request beyond them waits in its mailbox.
+func newHoldActor(h holder, inFlight int, publish func(*settlement) error) *holdActor {
+	a := &holdActor{holder: h, slots: semaphore.NewWeighted(int64(max(inFlight, 1))), publish: publish}
 	a.inbox = actor.New("hold", max(inFlight, 1), a.receive)
 	return a
 }
@@ -123,13 +131,39 @@ func (a *holdActor) Stop() { a.inbox.Stop() }
 // the askers, have stopped.
 func (a *holdActor) receive(_ context.Context, req holdRequest) error {
 	if err := a.slots.Acquire(req.ctx, 1); err != nil {
-		req.reply.Send(struct{}{}, err)
+		a.answer(req, err)
 		return nil
 	}
 	a.publishes.Go(func() {
 		defer a.slots.Release(1)
-		req.reply.Send(struct{}{}, a.hold(req.ctx, req.msg, req.delay, req.kind))
+		if req.settle != nil {
+			a.answer(req, a.publish(req.settle))
+			return
+		}
+		a.answer(req, a.hold(req.ctx, req.msg, req.delay, req.kind))
 	})
+	return nil
+}
+
+// answer tells the asker how req's publish went.
+func (a *holdActor) answer(req holdRequest, err error) {
+	if req.settle == nil {
+		req.reply.Send(struct{}{}, err)
+		return
+	}
+	req.answer <- report{run: req.settle.run, published: req.settle, err: err}
+}
+
+// tell asks for s's publish, answered on answer; it does not wait for the
+// publish, only, when the mailbox is full, for room in it. Neither wait
+// ends with s's ctx: a job cut short by a stop is still published again
+// (publishCopy), and the publish itself says what a cancelled ctx does to
+// it.
+func (a *holdActor) tell(s *settlement, answer chan<- report) error {
+	ctx := context.WithoutCancel(s.ctx)
+	if err := a.inbox.Send(ctx, holdRequest{ctx: ctx, settle: s, answer: answer}); err != nil {
+		return fmt.Errorf("publish for its %s: %w", s.opName(), err)
+	}
 	return nil
 }
 

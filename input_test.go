@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -284,8 +285,8 @@ func TestAWorkerDoesNotReadABodyOverItsLimit(t *testing.T) {
 				t.Errorf("dead letter %s: reason %q, %d bytes; want too large, verbatim", d.ID, d.Reason, len(d.Body))
 			}
 		}
-		if !bytes.Equal(dead[1].Body, raw) {
-			t.Errorf("the raw body was not dead-lettered verbatim")
+		if i := slices.IndexFunc(dead, func(d broker.DeadLetter) bool { return d.ID == "raw" }); i < 0 || !bytes.Equal(dead[i].Body, raw) {
+			t.Errorf("the raw body was not dead-lettered verbatim") // the two publishes are made at once, in any order
 		}
 		mu.Lock()
 		defer mu.Unlock()

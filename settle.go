@@ -26,9 +26,11 @@ const (
 )
 
 // settlement is what is to become of one delivery, and how far telling the
-// broker has come. A handler goroutine carries it out (settle); if a
-// publish fails, it goes to the queue actor, which hands it to the pool
-// again once its backoff is over: the handler does not run again.
+// broker has come. A handler goroutine makes it and acks a success
+// itself; one that needs a publish goes to its queue actor, which has the
+// hold actor make it and ack on its confirm; a failed publish is tried
+// again after a backoff, never by running the handler again. A suspect
+// run alone is settled on its handler goroutine (settle).
 type settlement struct {
 	action    settleAction
 	msg       broker.Message   // what actHold, actDeadLetter and actCopy publish
@@ -50,6 +52,7 @@ type settlement struct {
 	log     jobLog
 	hook    *deliveryHook // the Deliver hook's call, told the outcome once
 	reports chan<- report // the queue actor's: for the pause notice
+	run     int           // the queue actor's run that handed the delivery out
 
 	tries   int            // failed publishes so far
 	lastErr error          // the last one's error
@@ -233,13 +236,21 @@ func carriedHeaders(delivered map[string]string) map[string]string {
 	return out
 }
 
-// settle carries s out: its publish, then the ack. A failed publish comes
-// back as a report asking for another try.
+// settle carries s out on the calling goroutine: its publish, then the
+// ack. A failed publish comes back as a report asking for another try.
+// Only a suspect run alone is settled so (runSuspect); every other
+// delivery is settled by its queue actor.
 func (w *Worker) settle(s *settlement) report {
 	if err := w.act(s); err != nil {
-		return w.failedTry(s, err)
+		switch w.failedTry(s, err) {
+		case tryAgain:
+			return report{retry: s.kept()}
+		case nowDeadLetter:
+			return w.settle(s)
+		}
 	}
-	return w.settled(s)
+	w.settled(s)
+	return report{}
 }
 
 // act makes s's publish, if it has one.
@@ -255,27 +266,72 @@ func (w *Worker) act(s *settlement) error {
 	return nil
 }
 
-// holdNext holds s's next envelope through the hold actor. A PauseQueue
-// pauses the queue once the job is held, before the ack (which frees a
-// prefetch slot the broker would fill at once), until the job is back.
-func (w *Worker) holdNext(s *settlement) error {
-	msg := s.msg
-	done := w.publishHook(s.ctx, s.op, &msg, s.delay, "")
-	err := w.hold.ask(s.ctx, msg, s.delay, s.kind)
-	done(err)
-	if err != nil || !s.pausing {
+// publishAndAck makes the publish s needs and, once it is confirmed, acks
+// the delivery, on a goroutine of the hold actor's: the ack follows the
+// confirm at once, so that a connection lost in between (the job held, and
+// redelivered as well) is as unlikely as it can be. The queue actor is
+// told after.
+func (w *Worker) publishAndAck(s *settlement) error {
+	if err := w.publishOf(s); err != nil {
 		return err
 	}
-	s.out.PausedUntil = w.clock.Now().Add(w.set.pauseFor(s.msg.Queue, s.delay))
+	if s.pausing {
+		s.out.PausedUntil = w.pausedUntil(s) // its job is back then
+	}
+	w.settled(s)
+	return nil
+}
+
+// publishOf makes the publish s needs.
+func (w *Worker) publishOf(s *settlement) error {
+	switch s.action {
+	case actHold:
+		return w.holdPublish(s, w.hold.hold)
+	case actDeadLetter:
+		return w.deadLetter(s)
+	case actCopy:
+		return w.publishCopy(s)
+	}
+	return nil
+}
+
+// holdPublish holds s's next envelope with hold, telling the publish hook.
+func (w *Worker) holdPublish(s *settlement, hold func(context.Context, broker.Message, time.Duration, holdKind) error) error {
+	msg := s.msg
+	done := w.publishHook(s.ctx, s.op, &msg, s.delay, "")
+	err := hold(s.ctx, msg, s.delay, s.kind)
+	done(err)
+	return err
+}
+
+// pauseOn is when the pause a PauseQueue settlement asks for ends, if its
+// job is held from now: once the job is back. It logs the pause.
+func (w *Worker) pauseOn(s *settlement) time.Time {
+	s.out.PausedUntil = w.pausedUntil(s)
 	s.log.Info("queue rate limited; pausing it", "until", s.out.PausedUntil, "reason", s.out.Reason)
+	return s.out.PausedUntil
+}
+
+// pausedUntil is when a PauseQueue's pause ends if its job is held from
+// now.
+func (w *Worker) pausedUntil(s *settlement) time.Time {
+	return w.clock.Now().Add(w.set.pauseFor(s.msg.Queue, s.delay))
+}
+
+// holdNext holds s's next envelope through the hold actor and waits for
+// the confirm (a suspect's settle). A PauseQueue pauses the queue once the
+// job is held, before the ack (which frees a prefetch slot the broker
+// would fill at once), until the job is back.
+func (w *Worker) holdNext(s *settlement) error {
+	if err := w.holdPublish(s, w.hold.ask); err != nil || !s.pausing {
+		return err
+	}
+	until := w.pauseOn(s)
 	// Wait for the queue actor to have paused, so that this goroutine's
 	// next task, if it is the queue's, is held back.
 	paused := make(chan struct{})
-	s.reports <- report{notice: true, pauseUntil: s.out.PausedUntil, paused: paused}
-	select {
-	case <-paused:
-	case <-s.ctx.Done():
-	}
+	s.reports <- report{run: s.run, notice: true, pauseUntil: until, paused: paused}
+	waitPaused(s.ctx, paused)
 	return nil
 }
 
@@ -308,21 +364,20 @@ func (w *Worker) publishCopy(s *settlement) error {
 
 // settled acks s's delivery (or requeues it, for actRequeue) and tells the
 // Deliver hook how it ended.
-func (w *Worker) settled(s *settlement) report {
+func (w *Worker) settled(s *settlement) {
 	if s.action == actRequeue {
 		requeue(s.d, s.log)
 		s.finishWith(s.out)
-		return report{}
+		return
 	}
 	if err := s.d.Ack(context.Background()); err != nil {
 		w.settleFailed(s.log, slog.LevelError, "ack", err)
 		s.lastErr = err
 		s.finishAs(Requeued)
-		return report{}
+		return
 	}
 	s.logSettled(w)
 	s.finishWith(s.out)
-	return report{}
 }
 
 // logSettled writes the line that says how a job ended, once it has: a

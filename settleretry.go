@@ -17,34 +17,43 @@ const republishTries = 5
 // maxRepublishDelay caps the backoff between tries of a failed publish.
 const maxRepublishDelay = 30 * time.Second
 
+// afterFailure is what comes of a settlement whose publish failed.
+type afterFailure int
+
+const (
+	tryAgain      afterFailure = iota // after a backoff: the queue actor keeps it, the delivery unacked
+	nowDeadLetter                     // a hold tried too often: s is now its dead letter, to publish
+	nowRequeue                        // a copy tried too often: s now requeues the delivery
+)
+
 // failedTry counts a failed publish of s and says what comes next: another
-// try after a backoff (the queue actor keeps s meanwhile and the delivery
-// unacked; the handler does not run again), or, past republishTries, the
-// dead letters for a hold, the queue for a copy.
-func (w *Worker) failedTry(s *settlement, err error) report {
+// try after a backoff (the handler does not run again), or, past
+// republishTries, the dead letters for a hold, the queue for a copy. A
+// dead letter is tried for as long as the worker runs.
+func (w *Worker) failedTry(s *settlement, err error) afterFailure {
 	s.tries++
 	s.lastErr = err
 	w.settleFailed(s.log, slog.LevelWarn, s.opName(), err)
 	if s.tries < republishTries {
-		return report{retry: s.kept()}
+		return tryAgain
 	}
 	switch s.action {
 	case actHold:
 		s.log.Error("the broker refused the job's hold; dead-lettering it", "hold", s.kind.String(), "tries", s.tries, "error", err)
 		s.toDeadLetter(fmt.Sprintf("could not be held for its %s (%v) after %d tries: %v", s.kind, s.delay, s.tries, err))
-		return w.settle(s)
+		return nowDeadLetter
 	case actCopy:
 		s.log.Error("could not publish the job again; requeueing it", "tries", s.tries, "error", err)
 		w.givenBack.add(s.d.Message().ID) // it comes back redelivered: no crash to count
 		s.action, s.suspected = actRequeue, false
-		return w.settled(s)
+		return nowRequeue
 	}
 	if !s.stuck {
 		s.stuck = true
 		s.log.Error("could not dead-letter the job; it stays unacked, and its dead letter is tried again for as long as the worker runs",
 			"every", maxRepublishDelay, "tries", s.tries, "error", err)
 	}
-	return report{retry: s.kept()}
+	return tryAgain
 }
 
 // kept is s for the queue actor to keep until its next try: a copy on

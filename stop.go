@@ -11,6 +11,7 @@ import (
 // those not started go back to the broker, and running handlers have
 // ShutdownTimeout to finish (waitOut).
 func (l *queueLoop) stop() error {
+	l.stopped = true
 	l.stopTimer()
 	l.stopConsumer()
 	l.holdBackTasks()
@@ -25,7 +26,7 @@ func (l *queueLoop) stop() error {
 	if l.lease != nil {
 		l.lease.retire()
 	}
-	l.running = 0 // what is left was abandoned: the broker has it back
+	l.running, l.publishing = 0, 0 // what is left was abandoned: the broker has it back
 	l.publishInFlight()
 	return nil
 }
@@ -42,7 +43,7 @@ func (l *queueLoop) waitOut() {
 	timer := l.w.clock.Timer(l.w.shutdownTimeout)
 	defer timer.Stop()
 	cancelled := false
-	for l.in != nil || l.running > 0 {
+	for l.in != nil || l.running > 0 || l.publishing > 0 || l.stale > 0 {
 		select {
 		case d, ok := <-l.in:
 			if !ok {
@@ -79,11 +80,23 @@ func (l *queueLoop) abandon() {
 	l.w.abandoned.Add(1)
 }
 
-// reportedAtStop takes a handler's message during a stop: a settle that
-// failed is not tried again; its delivery goes back to the broker.
+// reportedAtStop takes a message during a stop: a handler's run that
+// ends is settled as at any time (its publish goes on), but no queue
+// pauses, and a settle that fails is not tried again: its delivery goes
+// back to the broker (l.stopped).
 func (l *queueLoop) reportedAtStop(r report) {
-	if l.taskDone(r) && r.retry != nil {
-		l.w.giveUpSettling(r.retry)
+	switch {
+	case r.run != l.run:
+		l.reportedStale(r)
+	case r.settle != nil:
+		l.ranToSettle(r)
+	case r.published != nil:
+		l.publishing--
+		l.published(r.published, r.err)
+	default:
+		if l.taskDone(r) && r.retry != nil {
+			l.w.giveUpSettling(r.retry)
+		}
 	}
 }
 

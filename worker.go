@@ -279,15 +279,17 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	ctx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
-	w.hold = newHoldActor(holder{backend: w.backend, set: w.set, log: w.log, clock: w.clock}, w.concurrency)
-	defer w.hold.Stop()
 	// A buffer for every delivery the queue actors may hold lets a handler
 	// goroutine that is done take its next task without waiting for its
-	// queue actor to wake.
+	// queue actor to wake; as many publishes in flight at the hold actor
+	// as those deliveries, twice (a restarted queue actor's and those of
+	// the run before it), keep every one of them moving.
 	buffer := 0
 	for _, q := range w.queues {
 		buffer += q.prefetch
 	}
+	w.hold = newHoldActor(holder{backend: w.backend, set: w.set, log: w.log, clock: w.clock}, 2*buffer, w.publishAndAck)
+	defer w.hold.Stop()
 	tasks, quit := make(chan task, buffer), make(chan struct{})
 	var pool sync.WaitGroup
 	for range w.concurrency {
@@ -316,7 +318,8 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) supervisor(ctx context.Context, fail context.CancelCauseFunc, tasks chan task) *supervisor.Supervisor {
 	children := []supervisor.Child{{Name: "hold", Run: w.hold.Run, Restart: supervisor.Permanent}}
 	for _, q := range w.consumed() {
-		a := &queueActor{w: w, q: q, pool: tasks, fail: fail, stopping: ctx, inFlight: w.inFlight[q.Name]}
+		a := &queueActor{w: w, q: q, pool: tasks, fail: fail, stopping: ctx, inFlight: w.inFlight[q.Name],
+			reports: make(chan report, 4*q.prefetch)}
 		children = append(children, supervisor.Child{Name: "queue:" + q.broker, Run: a.Run, Restart: supervisor.Permanent})
 	}
 	for _, s := range w.schedules {

@@ -1,6 +1,10 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
 
 // scenarioDoc is what BENCHMARKS.md says of a scenario above its table:
 // a title, and what it measures and against what, in a few sentences
@@ -60,14 +64,26 @@ var scenarioDocs = map[int]scenarioDoc{
 			"all of them when the clock moves (the mock's 1 ms sleep included).", c.memN)
 	}},
 	8: {"Settling", func(c config) string {
-		return fmt.Sprintf("%d jobs wait on the queue, then one worker (prefetch %d) settles their first runs: jobs "+
+		return fmt.Sprintf("%d jobs wait on the queue, then one worker (prefetch %s, a run set each) settles their first runs: jobs "+
 			"that succeed, defer once or fail once and retry (each wait %v): what the hold actor's publishes cost. "+
 			"Baseline: the jobs that succeed; and plain amqp091-go doing the same work (consume, publish into a hold "+
-			"queue, confirm, ack) against consume and ack, the broker's ceiling.", c.settleN, c.prefetch, settleWait)
+			"queue, confirm, ack) against consume and ack, the broker's ceiling.", c.settleN, joinInts(c.settlePrefetch), settleWait)
 	}},
 	9: {"Quorum queues", func(c config) string {
 		return fmt.Sprintf("Scenario 1's queuey run (%d jobs) on quorum queues on a three-node cluster (`-cluster`; "+
 			"`make cluster` starts one on this host) against classic queues on the one broker, in turn each round: "+
 			"what replication costs. No goal.", c.n)
 	}},
+}
+
+// joinInts is ns as "10 and 32".
+func joinInts(ns []int) string {
+	parts := make([]string, len(ns))
+	for i, n := range ns {
+		parts[i] = strconv.Itoa(n)
+	}
+	if len(parts) < 2 {
+		return strings.Join(parts, "")
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
 }

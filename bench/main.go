@@ -41,27 +41,28 @@ import (
 )
 
 type config struct {
-	amqpURL      string
-	n            int
-	serialN      int
-	publishers   int
-	callers      int
-	window       int
-	pubChannels  int
-	prefetch     int
-	pacedRate    int
-	pacedFor     time.Duration
-	deferred     int
-	backlog      int
-	memN         int
-	memProducers int
-	memPrefetch  int
-	travelJobs   int
-	settleN      int
-	count        int
-	scenarios    map[int]bool
-	quorum       []string // the cluster's URLs: libRig declares quorum queues there (scenario 9)
-	cluster      string
+	amqpURL        string
+	n              int
+	serialN        int
+	publishers     int
+	callers        int
+	window         int
+	pubChannels    int
+	prefetch       int
+	settlePrefetch []int // scenario 8's prefetches, one run set each
+	pacedRate      int
+	pacedFor       time.Duration
+	deferred       int
+	backlog        int
+	memN           int
+	memProducers   int
+	memPrefetch    int
+	travelJobs     int
+	settleN        int
+	count          int
+	scenarios      map[int]bool
+	quorum         []string // the cluster's URLs: libRig declares quorum queues there (scenario 9)
+	cluster        string
 }
 
 var discard = slog.New(slog.DiscardHandler)
@@ -86,6 +87,11 @@ func main() {
 	flag.IntVar(&cfg.memProducers, "mem-producers", 2, "enqueuing goroutines on the memory backend (scenarios 5, 7)")
 	flag.IntVar(&cfg.memPrefetch, "mem-prefetch", 16, "queue prefetch on the memory backend (scenarios 5, 7)")
 	flag.IntVar(&cfg.settleN, "settle-n", 4000, "jobs per run of the settle scenario (8)")
+	flag.Func("settle-prefetch", "comma-separated prefetches of the settle scenario (8), a run set each (default 10,32)", func(v string) error {
+		ps, err := positiveInts(v)
+		cfg.settlePrefetch = ps
+		return err
+	})
 	flag.IntVar(&cfg.travelJobs, "travel-jobs", 10000, "jobs of the time-travel run (scenario 6)")
 	flag.StringVar(&cfg.cluster, "cluster", os.Getenv("QUEUEY_CLUSTER"), "comma-separated URLs of a RabbitMQ cluster's nodes (scenario 9; `make cluster` prints them)")
 	flag.IntVar(&cfg.count, "count", 1, "runs of each measurement; figures are medians")
@@ -94,6 +100,9 @@ func main() {
 	flag.StringVar(&memprofile, "memprofile", "", "write an allocation profile at the end to this file")
 	out.registerFlags(flag.CommandLine)
 	flag.Parse()
+	if cfg.settlePrefetch == nil {
+		cfg.settlePrefetch = []int{10, 32}
+	}
 	if err := out.load(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
@@ -314,4 +323,17 @@ func percentile(sorted []time.Duration, p float64) float64 {
 
 func unique(name string) string {
 	return fmt.Sprintf("qbench.%s.%d", name, time.Now().UnixNano())
+}
+
+// positiveInts parses a comma-separated list of positive integers.
+func positiveInts(v string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
