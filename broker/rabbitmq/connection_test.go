@@ -461,8 +461,9 @@ func TestCloseDoesNotWaitForAnAnswerThatNeverComes(t *testing.T) {
 // an answer; amqp091 takes no ctx for them. Each returns with its ctx's
 // error 2 s after the ctx ends (the backend's grace), the connection is
 // given up, and once the broker reads again the backend publishes as
-// before. Not parallel: it times calls against a stalled socket, which
-// the load of the parallel tests makes slower to fill.
+// before. Not parallel with the other tests: it times calls against a
+// stalled socket, which the load of the parallel tests makes slower to
+// fill; its three calls run at once.
 func TestCallsTheBrokerDoesNotTakeEndSoonAfterTheirCtx(t *testing.T) {
 	// Big enough to fill the socket's buffers, so that the write itself
 	// waits; made before any ctx starts.
@@ -484,6 +485,7 @@ func TestCallsTheBrokerDoesNotTakeEndSoonAfterTheirCtx(t *testing.T) {
 	}
 	for _, c := range calls {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // with each other: a proxy and a backend each
 			proxy, b, queue := throughProxy(t, "stuck-"+c.name)
 			// The publishing pool's channels (4) all open, so that the publish
 			// waits in its write rather than in a channel's opening.
