@@ -241,7 +241,7 @@ func carriedHeaders(delivered map[string]string) map[string]string {
 // Only a suspect run alone is settled so (runSuspect); every other
 // delivery is settled by its queue actor.
 func (w *Worker) settle(s *settlement) report {
-	if err := w.act(s); err != nil {
+	if err := w.publishOf(s, w.holdNext); err != nil {
 		switch w.failedTry(s, err) {
 		case tryAgain:
 			return report{retry: s.kept()}
@@ -253,26 +253,13 @@ func (w *Worker) settle(s *settlement) report {
 	return report{}
 }
 
-// act makes s's publish, if it has one.
-func (w *Worker) act(s *settlement) error {
-	switch s.action {
-	case actHold:
-		return w.holdNext(s)
-	case actDeadLetter:
-		return w.deadLetter(s)
-	case actCopy:
-		return w.publishCopy(s)
-	}
-	return nil
-}
-
 // publishAndAck makes the publish s needs and, once it is confirmed, acks
 // the delivery, on a goroutine of the hold actor's: the ack follows the
 // confirm at once, so that a connection lost in between (the job held, and
 // redelivered as well) is as unlikely as it can be. The queue actor is
 // told after.
 func (w *Worker) publishAndAck(s *settlement) error {
-	if err := w.publishOf(s); err != nil {
+	if err := w.publishOf(s, w.holdHere); err != nil {
 		return err
 	}
 	if s.pausing {
@@ -282,11 +269,11 @@ func (w *Worker) publishAndAck(s *settlement) error {
 	return nil
 }
 
-// publishOf makes the publish s needs.
-func (w *Worker) publishOf(s *settlement) error {
+// publishOf makes the publish s needs, if it has one: a hold with hold.
+func (w *Worker) publishOf(s *settlement, hold func(*settlement) error) error {
 	switch s.action {
 	case actHold:
-		return w.holdPublish(s, w.hold.hold)
+		return hold(s)
 	case actDeadLetter:
 		return w.deadLetter(s)
 	case actCopy:
@@ -294,6 +281,10 @@ func (w *Worker) publishOf(s *settlement) error {
 	}
 	return nil
 }
+
+// holdHere holds s's next envelope on a goroutine of the hold actor's,
+// which waits for the confirm.
+func (w *Worker) holdHere(s *settlement) error { return w.holdPublish(s, w.hold.hold) }
 
 // holdPublish holds s's next envelope with hold, telling the publish hook.
 func (w *Worker) holdPublish(s *settlement, hold func(context.Context, broker.Message, time.Duration, holdKind) error) error {
