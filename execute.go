@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/mailbox"
 )
 
 // task is a message to the worker's handler goroutines: run one delivery
@@ -20,40 +21,22 @@ type task struct {
 	holdBack <-chan struct{} // closed once the queue actor starts nothing more (a pause, a stop)
 	q        *queueConfig
 	d        broker.Delivery
-	alone    bool // take a job from the suspects queue and run it alone (poison.go); d is nil
-	reports  chan<- report
-	run      int // the queue actor's run that handed it out
-}
-
-// report is a message to a queue actor: from a handler goroutine, about
-// its task, or from the hold actor, about a settlement's publish.
-type report struct {
-	run        int             // the queue actor's run it is about (task.run, settlement.run)
-	settle     *settlement     // a handler's run is over: the queue actor settles its delivery
-	published  *settlement     // the hold actor: the publish the settlement needed is over, with err
-	err        error           // published's error
-	pauseUntil time.Time       // a handler paused the queue until then (PauseQueue, a suspect's)
-	notice     bool            // only the pause: the task goes on once paused is closed
-	paused     chan struct{}   // for the notice and a pausing settle: closed once the queue actor has paused
-	alone      bool            // the task was to run a suspect alone
-	ranSuspect bool            // and it found one
-	suspected  bool            // a job was moved to the suspects queue: time to run them
-	unstarted  broker.Delivery // the task was not started: the queue actor held it back
-	retry      *settlement     // a suspect's settling failed: to be tried again after a backoff
+	alone    bool                       // take a job from the suspects queue and run it alone (poison.go); d is nil
+	inbox    *mailbox.Mailbox[queueMsg] // its queue actor's
+	run      int                        // the queue actor's run that handed it out
 }
 
 // serve is one of the worker's handler goroutines: it performs tasks until
-// quit is closed. Its queue actor's reports channel has room for every
-// task it handed out, so the report never waits.
+// quit is closed. Its queue actor's inbox has room for every task it
+// handed out, so the report never waits.
 func (w *Worker) serve(tasks <-chan task, quit <-chan struct{}) {
 	for {
 		select {
 		case t := <-tasks:
-			r := w.perform(t)
-			r.run = t.run
-			t.reports <- r
-			if r.paused != nil { // a PauseQueue: its queue's next tasks are held back first
-				waitPaused(t.ctx, r.paused)
+			m := w.perform(t)
+			_ = t.inbox.Put(context.Background(), m) // never closed, never full
+			if s, ok := m.(taskToSettle); ok && s.paused != nil {
+				waitPaused(t.ctx, s.paused) // a PauseQueue: its queue's next tasks are held back first
 			}
 		case <-quit:
 			return
@@ -77,7 +60,7 @@ func (t task) heldBack() bool {
 // the broker at once, not once a handler goroutine is free to refuse them.
 func giveBackTasks(pool chan task) {
 	for t, ok := tryRecv(pool); ok; t, ok = tryRecv(pool) {
-		t.reports <- report{run: t.run, unstarted: t.d, alone: t.alone}
+		_ = t.inbox.Put(context.Background(), taskNotStarted{run: t.run, d: t.d, alone: t.alone})
 	}
 }
 
@@ -87,9 +70,9 @@ func giveBackTasks(pool chan task) {
 // needs a publish first (a retry, a deferral, a dead letter, a copy) goes
 // to the queue actor, which has the hold actor make it and ack the
 // delivery on its confirm.
-func (w *Worker) perform(t task) report {
+func (w *Worker) perform(t task) queueMsg {
 	if t.heldBack() {
-		return report{unstarted: t.d, alone: t.alone}
+		return taskNotStarted{run: t.run, d: t.d, alone: t.alone}
 	}
 	if t.alone {
 		return w.runSuspect(t)
@@ -97,13 +80,13 @@ func (w *Worker) perform(t task) report {
 	s := w.process(t)
 	if s.action == actAck || s.action == actRequeue {
 		w.settled(&s) // on this goroutine's stack: no allocation for most jobs
-		return report{}
+		return taskSettled{run: t.run}
 	}
-	r := report{settle: s.kept()}
+	m := taskToSettle{run: t.run, s: s.kept()}
 	if s.pausing {
-		r.paused = make(chan struct{})
+		m.paused = make(chan struct{})
 	}
-	return r
+	return m
 }
 
 // waitPaused waits until the queue actor has paused (it closes paused),
@@ -118,41 +101,53 @@ func waitPaused(ctx context.Context, paused chan struct{}) {
 // process runs one delivery up to what is to become of it, telling the
 // Deliver hook.
 func (w *Worker) process(t task) settlement {
-	msg := t.d.Message()
 	started := w.clock.Now()
-	var env broker.Envelope
-	var jc JobContext
-	var decodeErr error
-	if w.maxBytes >= 0 && len(msg.Body) > w.maxBytes {
-		decodeErr = &tooLargeError{size: len(msg.Body), limit: w.maxBytes}
-	} else if env, decodeErr = broker.DecodeMessage(msg); decodeErr == nil {
-		jc = w.jobContext(t.q, env, t.d, started)
-	}
-	ctx, hook := w.deliverHook(t.ctx, t.q, msg, env, &jc, decodeErr, started)
-	s := w.execute(ctx, t, msg, env, jc, decodeErr)
+	rd := w.read(t, started)
+	ctx, hook := w.deliverHook(t.ctx, t.q, &rd, started)
+	s := w.execute(ctx, t, &rd)
 	if s.msg.Headers == nil && s.action != actAck && s.action != actRequeue {
-		s.msg.Headers = carriedHeaders(msg.Headers)
+		s.msg.Headers = carriedHeaders(rd.msg.Headers)
 	}
-	s.ctx, s.d, s.q, s.hook, s.reports, s.run = ctx, t.d, t.q, hook, t.reports, t.run
+	s.ctx, s.d, s.q, s.hook, s.inbox, s.run = ctx, t.d, t.q, hook, t.inbox, t.run
 	return s
 }
 
-// deliverHook tells the Deliver hook about a delivery; it returns the ctx
-// the job runs with and the hook's call, to be told the outcome (nil
-// without a Deliver hook).
-func (w *Worker) deliverHook(ctx context.Context, q *queueConfig, msg broker.Message, env broker.Envelope, jc *JobContext,
-	decodeErr error, started time.Time) (context.Context, *deliveryHook) {
+// readDelivery is what was read of a delivery: its message, and its
+// envelope and the JobContext its handler is to see, unless its body
+// could not be read (err).
+type readDelivery struct {
+	msg broker.Message
+	env broker.Envelope
+	jc  JobContext
+	err error // over the size limit, or not an envelope
+}
+
+// read reads t's delivery, started at started.
+func (w *Worker) read(t task, started time.Time) readDelivery {
+	rd := readDelivery{msg: t.d.Message()}
+	if w.maxBytes >= 0 && len(rd.msg.Body) > w.maxBytes {
+		rd.err = &tooLargeError{size: len(rd.msg.Body), limit: w.maxBytes}
+	} else if rd.env, rd.err = broker.DecodeMessage(rd.msg); rd.err == nil {
+		rd.jc = w.jobContext(t.q, rd.env, t.d, started)
+	}
+	return rd
+}
+
+// deliverHook tells the Deliver hook about a delivery, which may change
+// rd.jc; it returns the ctx the job runs with and the hook's call, to be
+// told the outcome (nil without a Deliver hook).
+func (w *Worker) deliverHook(ctx context.Context, q *queueConfig, rd *readDelivery, started time.Time) (context.Context, *deliveryHook) {
 	if w.hooks == nil || w.hooks.Deliver == nil {
 		return ctx, nil
 	}
-	due := msg.DueAt
-	if due.IsZero() && !msg.FromHold && decodeErr == nil {
-		due = env.EnqueuedAt() // due when enqueued (see broker.Message.DueAt)
+	due := rd.msg.DueAt
+	if due.IsZero() && !rd.msg.FromHold && rd.err == nil {
+		due = rd.env.EnqueuedAt() // due when enqueued (see broker.Message.DueAt)
 	}
-	h := &deliveryHook{w: w, info: DeliveryInfo{System: w.backend.Name(), Queue: q.Name, BrokerQueue: q.broker, Job: *jc,
-		Headers: msg.Headers, DueAt: due, Started: started}}
+	h := &deliveryHook{w: w, info: DeliveryInfo{System: w.backend.Name(), Queue: q.Name, BrokerQueue: q.broker, Job: rd.jc,
+		Headers: rd.msg.Headers, DueAt: due, Started: started}}
 	hookCtx := h.call(ctx)
-	*jc = h.info.Job
+	rd.jc = h.info.Job
 	return hookCtx, h
 }
 
@@ -194,54 +189,62 @@ func (h *deliveryHook) outcome(out Outcome) {
 // can run: a body that cannot be read, a job that came back from a crash
 // too often or a payload that does not decode is dead-lettered without
 // running; a job of an unknown kind is held back (unhandled).
-func (w *Worker) execute(ctx context.Context, t task, msg broker.Message, env broker.Envelope, jc JobContext, decodeErr error) settlement {
-	if decodeErr != nil {
-		return w.unreadable(t.q, msg, decodeErr, jc)
+func (w *Worker) execute(ctx context.Context, t task, rd *readDelivery) settlement {
+	if rd.err != nil {
+		return w.unreadable(t.q, rd)
 	}
+	env := rd.env
 	env.Queue = t.q.broker // republish where it came from, whatever the body says
-	log := jobLog{l: w.log, id: env.JobID, kind: env.JobType, queue: t.q.broker, attempt: env.Attempt}
-	if w.poisonAfter > 0 && t.d.Redelivered() && !w.givenBack.take(msg.ID) {
-		return w.countRedelivery(log, t.q, msg, env, jc, t.alone)
+	f := jobFacts{log: jobLog{l: w.log, id: env.JobID, kind: env.JobType, queue: t.q.broker, attempt: env.Attempt}, env: env, jc: rd.jc}
+	if w.poisonAfter > 0 && t.d.Redelivered() && !w.givenBack.take(rd.msg.ID) {
+		return w.countRedelivery(f, t.q, rd.msg, t.alone)
 	}
 	h, ok := w.handlers[env.JobType]
 	if !ok {
-		return w.unhandled(log, env, jc, msg.Headers)
+		return w.unhandled(f, rd.msg.Headers)
 	}
 	job, err := h.decode(env.Payload)
 	if err != nil {
-		log.Error("payload did not match the handler's job type; dead-lettering", "error", err)
-		return deadLetterOf(log, original(env), CauseDecode, "decode error: "+err.Error(), err, jc)
+		f.log.Error("payload did not match the handler's job type; dead-lettering", "error", err)
+		return deadLetterOf(f, original(env), CauseDecode, "decode error: "+err.Error(), err)
 	}
-	policy := w.retryPolicy(t.q, env.JobType, h, job)
-	jc.MaxAttempts = policy.maxAttempts()
+	return w.runHandler(ctx, t, h, job, f)
+}
+
+// runHandler runs job's handler and decides, by the job's retry policy,
+// what its result makes of it.
+func (w *Worker) runHandler(ctx context.Context, t task, h handler, job decodedJob, f jobFacts) settlement {
+	policy := w.retryPolicy(t.q, f.env.JobType, h, job)
+	f.jc.MaxAttempts = policy.maxAttempts()
 	if t.alone {
-		log.Info("running a job that was in flight when a worker crashed, alone")
+		f.log.Info("running a job that was in flight when a worker crashed, alone")
 	}
-	log.Debug("running job", "deferrals", jc.Deferrals, "priority", jc.Priority)
+	f.log.Debug("running job", "deferrals", f.jc.Deferrals, "priority", f.jc.Priority)
 	started := w.clock.Now()
-	err = w.call(ctx, t.q, h, job, jc)
+	err := w.call(ctx, t.q, h, job, f.jc)
 	ran := w.clock.Since(started)
-	s := w.decide(ctx, t.q, log, env, jc, policy, err)
+	s := w.decide(ctx, t.q, f, policy, err)
 	s.out.Ran, s.out.HandlerDuration = true, ran
 	return s
 }
 
 // unreadable dead-letters, verbatim, a body that is over the size limit or
 // is not an envelope.
-func (w *Worker) unreadable(q *queueConfig, msg broker.Message, decodeErr error, jc JobContext) settlement {
-	log := jobLog{l: w.log, queue: q.broker}
+func (w *Worker) unreadable(q *queueConfig, rd *readDelivery) settlement {
+	f := jobFacts{log: jobLog{l: w.log, queue: q.broker}, jc: rd.jc}
+	msg := rd.msg
 	msg.Queue = q.broker
 	msg.Headers = maps.Clone(msg.Headers) // the delivery's own are read-only
-	if tooLarge, ok := errors.AsType[*tooLargeError](decodeErr); ok {
-		log.Error("message body is over the worker's size limit; dead-lettering it verbatim, unread", "bytes", tooLarge.size, "limit", tooLarge.limit)
-		return deadLetterOf(log, msg, CauseTooLarge, tooLarge.Error(), decodeErr, jc)
+	if tooLarge, ok := errors.AsType[*tooLargeError](rd.err); ok {
+		f.log.Error("message body is over the worker's size limit; dead-lettering it verbatim, unread", "bytes", tooLarge.size, "limit", tooLarge.limit)
+		return deadLetterOf(f, msg, CauseTooLarge, tooLarge.Error(), rd.err)
 	}
-	log.Error("message body is not a valid envelope; dead-lettering it verbatim", "error", decodeErr)
-	detail := decodeErr.Error()
-	if m, ok := errors.AsType[*broker.MalformedError](decodeErr); ok {
+	f.log.Error("message body is not a valid envelope; dead-lettering it verbatim", "error", rd.err)
+	detail := rd.err.Error()
+	if m, ok := errors.AsType[*broker.MalformedError](rd.err); ok {
 		detail = m.Detail()
 	}
-	return deadLetterOf(log, msg, CauseMalformed, "malformed envelope: "+detail, decodeErr, jc)
+	return deadLetterOf(f, msg, CauseMalformed, "malformed envelope: "+detail, rd.err)
 }
 
 // jobContext is what the handler of env will see.

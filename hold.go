@@ -12,6 +12,7 @@ import (
 
 	"github.com/queuey-go/queuey/actor"
 	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/mailbox"
 )
 
 // holdKind says why a job waits; it picks the rounding step.
@@ -93,13 +94,13 @@ type holdActor struct {
 }
 
 // holdRequest asks the hold actor for one publish: a settlement's, whose
-// answer goes to its queue actor as a report, or a hold of msg for delay
+// answer goes to its queue actor's inbox, or a hold of msg for delay
 // (ask), answered on reply. ctx is the asker's: it bounds the publish,
 // which outlives the message.
 type holdRequest struct {
 	ctx    context.Context
 	settle *settlement
-	answer chan<- report // for settle
+	answer *mailbox.Mailbox[queueMsg] // for settle
 	msg    broker.Message
 	delay  time.Duration
 	kind   holdKind
@@ -151,7 +152,7 @@ func (a *holdActor) answer(req holdRequest, err error) {
 		req.reply.Send(struct{}{}, err)
 		return
 	}
-	req.answer <- report{run: req.settle.run, published: req.settle, err: err}
+	_ = req.answer.Put(context.Background(), publishDone{run: req.settle.run, s: req.settle, err: err}) // it has room
 }
 
 // tell asks for s's publish, answered on answer; it does not wait for the
@@ -159,7 +160,7 @@ func (a *holdActor) answer(req holdRequest, err error) {
 // ends with s's ctx: a job cut short by a stop is still published again
 // (publishCopy), and the publish itself says what a cancelled ctx does to
 // it.
-func (a *holdActor) tell(s *settlement, answer chan<- report) error {
+func (a *holdActor) tell(s *settlement, answer *mailbox.Mailbox[queueMsg]) error {
 	ctx := context.WithoutCancel(s.ctx)
 	if err := a.inbox.Send(ctx, holdRequest{ctx: ctx, settle: s, answer: answer}); err != nil {
 		return fmt.Errorf("publish for its %s: %w", s.opName(), err)

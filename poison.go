@@ -30,55 +30,15 @@ import (
 // worker died.
 const headerRedeliveries = "x-queuey-redeliveries"
 
-// suspectLook is how often a consuming queue actor looks for suspects no
-// worker is running: those of a worker stopped before it ran them.
-const suspectLook = time.Minute
-
 // suspectWait bounds the wait for a suspect the suspects queue said it had:
 // another worker may have taken it meanwhile.
 const suspectWait = time.Second
 
-// isolate stops taking deliveries so that, once what the queue actor holds
-// has run, the suspects run alone (nextTask hands the pool a task to take
-// one). A pause or a stop comes first.
-func (l *queueLoop) isolate() {
-	if l.consumer == nil || (l.draining && !l.isolating) {
-		return // paused or pausing: the suspects are looked for when it consumes again
-	}
-	l.isolating = true
-	l.stopConsumer()
-}
-
-// lookWhenDue looks for suspects once suspectLook has passed since the
-// last look, while the queue is consumed.
-func (l *queueLoop) lookWhenDue() {
-	if l.w.poisonAfter > 0 && l.consumer != nil && !l.nextLook.After(l.w.clock.Now()) {
-		l.lookForSuspects()
-	}
-}
-
-// lookForSuspects isolates if the suspects queue holds jobs: those a worker
-// that died left behind, or a pause kept from running, run first. The
-// queue actor looks whenever it starts consuming, and every suspectLook.
-func (l *queueLoop) lookForSuspects() {
-	if l.w.poisonAfter == 0 {
-		return
-	}
-	l.nextLook = l.w.clock.Now().Add(suspectLook)
-	n, err := l.w.backend.Depth(l.ctx, broker.SuspectQueueName(l.q.broker))
-	if err != nil {
-		l.w.log.Warn("could not look for jobs to run alone", "queue", l.q.broker, "error", err)
-	}
-	if n > 0 {
-		l.isolate()
-	}
-}
-
 // runSuspect takes one job from the suspects queue of t's queue, if there
 // is one, and runs it alone: held only while it runs. It reports whether
 // it found one (then the queue actor looks for the next).
-func (w *Worker) runSuspect(t task) report {
-	r := report{alone: true}
+func (w *Worker) runSuspect(t task) suspectRan {
+	r := suspectRan{run: t.run}
 	queue := broker.SuspectQueueName(t.q.broker)
 	if n, err := w.backend.Depth(t.ctx, queue); err != nil || n == 0 {
 		if err != nil {
@@ -108,10 +68,10 @@ func (w *Worker) runSuspect(t task) report {
 		c.Stop()
 		t.d, t.alone = d, true
 		s := w.process(t)
-		if r = w.settle(&s); r.retry != nil {
+		if r.retry = w.settle(&s); r.retry != nil {
 			r.retry.lease, keep = lease, true // the queue actor keeps it, and the consumer open
 		}
-		r.alone, r.ranSuspect = true, true
+		r.found = true
 	case <-timer.C: // taken by another worker
 	case <-t.ctx.Done():
 	}
@@ -124,7 +84,8 @@ func (w *Worker) runSuspect(t task) report {
 // worker died: its count is raised, and at PoisonAfter it is dead-
 // lettered as poison (it most likely kills its worker); below, moved back
 // to the suspects queue.
-func (w *Worker) countRedelivery(log jobLog, q *queueConfig, msg broker.Message, env broker.Envelope, jc JobContext, alone bool) settlement {
+func (w *Worker) countRedelivery(f jobFacts, q *queueConfig, msg broker.Message, alone bool) settlement {
+	log := f.log
 	// Only the suspects queue's count is read: a job on the work queue
 	// has none (every republish there makes its headers afresh), so one
 	// there is forged, or an old worker's.
@@ -135,10 +96,10 @@ func (w *Worker) countRedelivery(log jobLog, q *queueConfig, msg broker.Message,
 	}
 	if n >= w.poisonAfter {
 		log.Error("job crashed its worker too often; dead-lettering it as poison", "redeliveries", n)
-		return deadLetterOf(log, original(env), CausePoison,
-			fmt.Sprintf("poison: its worker died %d times while it ran alone; it may crash its worker", n), nil, jc)
+		return deadLetterOf(f, original(f.env), CausePoison,
+			fmt.Sprintf("poison: its worker died %d times while it ran alone; it may crash its worker", n), nil)
 	}
-	again := original(env)
+	again := original(f.env)
 	again.Queue = broker.SuspectQueueName(q.broker)
 	// The copy is due when the original was: a stamp is kept, and without
 	// one the copy's enqueued_at is the original's. Back from a hold whose

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/mailbox"
 )
 
 // settleAction is what telling the broker an outcome takes. Every action
@@ -46,13 +47,13 @@ type settlement struct {
 	event     *DeadLetterEvent // actDeadLetter: for OnDeadLetter, told once
 	out       Outcome
 
-	ctx     context.Context // the delivery's, as the Deliver hook gave it
-	d       broker.Delivery
-	q       *queueConfig
-	log     jobLog
-	hook    *deliveryHook // the Deliver hook's call, told the outcome once
-	reports chan<- report // the queue actor's: for the pause notice
-	run     int           // the queue actor's run that handed the delivery out
+	ctx   context.Context // the delivery's, as the Deliver hook gave it
+	d     broker.Delivery
+	q     *queueConfig
+	log   jobLog
+	hook  *deliveryHook              // the Deliver hook's call, told the outcome once
+	inbox *mailbox.Mailbox[queueMsg] // the queue actor's: for a suspect's pause notice
+	run   int                        // the queue actor's run that handed the delivery out
 
 	tries   int            // failed publishes so far
 	lastErr error          // the last one's error
@@ -62,29 +63,37 @@ type settlement struct {
 	stuck   bool           // a dead letter past republishTries, said once
 }
 
+// jobFacts is what is known of a delivered job as it is settled: its
+// envelope, the JobContext its handler saw, and its log.
+type jobFacts struct {
+	log jobLog
+	env broker.Envelope
+	jc  JobContext
+}
+
 // decide is the table of ARCHITECTURE.md §1 ("What a handler's result
 // does"): what a handler's result makes of the job.
-func (w *Worker) decide(ctx context.Context, q *queueConfig, log jobLog, env broker.Envelope, jc JobContext, policy RetryPolicy, err error) settlement {
+func (w *Worker) decide(ctx context.Context, q *queueConfig, f jobFacts, policy RetryPolicy, err error) settlement {
 	if err != nil && ctx.Err() != nil {
-		return w.interrupted(ctx, log, env, err)
+		return w.interrupted(ctx, f, err)
 	}
 	var s settlement
 	switch o, def, pausing := classify(err); o {
 	case outcomeSuccess:
 		s = settlement{action: actAck, out: Outcome{Result: Succeeded}}
 	case outcomeDefer:
-		s = w.deferral(q, log, env, jc, def, pausing)
+		s = w.deferral(q, f, def, pausing)
 	case outcomeFatal:
-		log.Error("job failed fatally", "error", err)
+		f.log.Error("job failed fatally", "error", err)
 		cause := err
 		if f, ok := errors.AsType[*FatalError](err); ok {
 			cause = f.Err
 		}
-		s = deadLetterOf(log, original(env), CauseFatal, "fatal error: "+cause.Error(), err, jc)
+		s = deadLetterOf(f, original(f.env), CauseFatal, "fatal error: "+cause.Error(), err)
 	case outcomeRetry:
-		s = w.retry(log, env, jc, policy, err)
+		s = w.retry(f, policy, err)
 	}
-	s.log = log
+	s.log = f.log
 	if err != nil {
 		_, s.out.Panicked = errors.AsType[*panicError](err)
 		_, s.out.TimedOut = errors.AsType[*timeoutError](err)
@@ -97,31 +106,32 @@ func (w *Worker) decide(ctx context.Context, q *queueConfig, log jobLog, env bro
 
 // deferral holds the job for the delay its handler asked, at the queue's
 // top priority, or dead-letters it if no hold queue can give that delay.
-func (w *Worker) deferral(q *queueConfig, log jobLog, env broker.Envelope, jc JobContext, def *DeferError, pausing bool) settlement {
+func (w *Worker) deferral(q *queueConfig, f jobFacts, def *DeferError, pausing bool) settlement {
 	if _, err := broker.HoldTTL(def.Delay, w.set.deferGranularity); err != nil {
 		err = fmt.Errorf("hold for %s: %w", holdDefer, err)
-		log.Error("job asked for a deferral no hold queue can give; dead-lettering", "error", err)
-		return deadLetterOf(log, original(env), CauseInvalidDeferral, "invalid deferral: "+err.Error(), err, jc)
+		f.log.Error("job asked for a deferral no hold queue can give; dead-lettering", "error", err)
+		return deadLetterOf(f, original(f.env), CauseInvalidDeferral, "invalid deferral: "+err.Error(), err)
 	}
-	next, _ := env.Deferred(q.maxPriority).Message() // cannot fail for an envelope that just decoded
-	return settlement{action: actHold, msg: next, op: OpDeferral, delay: def.Delay, kind: holdDefer, pausing: pausing, env: env, jc: jc,
+	next, _ := f.env.Deferred(q.maxPriority).Message() // cannot fail for an envelope that just decoded
+	return settlement{action: actHold, msg: next, op: OpDeferral, delay: def.Delay, kind: holdDefer, pausing: pausing, env: f.env, jc: f.jc,
 		out: Outcome{Result: Deferred, Delay: def.Delay, Reason: def.Reason}}
 }
 
 // retry holds the job's next attempt for its backoff, or dead-letters it
 // when its attempts are used up.
-func (w *Worker) retry(log jobLog, env broker.Envelope, jc JobContext, policy RetryPolicy, err error) settlement {
+func (w *Worker) retry(f jobFacts, policy RetryPolicy, err error) settlement {
+	jc := f.jc
 	delay, again := policy.DecideWith(jc.Attempt, w.jitter.retry)
 	if !again {
-		log.Error("job failed; giving up", "error", err, "max_attempts", jc.MaxAttempts)
-		return deadLetterOf(log, original(env), CauseExhausted, fmt.Sprintf("max attempts (%d) exhausted after attempt %d: %s",
-			jc.MaxAttempts, jc.Attempt, reasonText(err)), err, jc)
+		f.log.Error("job failed; giving up", "error", err, "max_attempts", jc.MaxAttempts)
+		return deadLetterOf(f, original(f.env), CauseExhausted, fmt.Sprintf("max attempts (%d) exhausted after attempt %d: %s",
+			jc.MaxAttempts, jc.Attempt, reasonText(err)), err)
 	}
 	// A backoff caps at the longest hold (Backoff.Max), which the rounding
 	// to the retry granularity must not push past the limit.
 	delay = min(delay, broker.LongestHold(w.set.retryGranularity))
-	next, _ := env.NextAttempt().Message()
-	return settlement{action: actHold, msg: next, op: OpRetry, delay: delay, kind: holdRetry, env: env, jc: jc,
+	next, _ := f.env.NextAttempt().Message()
+	return settlement{action: actHold, msg: next, op: OpRetry, delay: delay, kind: holdRetry, env: f.env, jc: jc,
 		out: Outcome{Result: Retried, Delay: delay, NextAttempt: jc.Attempt + 1}}
 }
 
@@ -141,22 +151,22 @@ const headerUnhandledSince = "x-queuey-unhandled-since-ms"
 // and deferrals as they were, at priority 0, to be offered again after
 // unknownKindInterval; dead-lettered once it has waited long enough, or
 // at once if the worker is to wait for none.
-func (w *Worker) unhandled(log jobLog, env broker.Envelope, jc JobContext, delivered map[string]string) settlement {
-	reason := fmt.Sprintf("no handler for job type %q", env.JobType)
+func (w *Worker) unhandled(f jobFacts, delivered map[string]string) settlement {
+	reason := fmt.Sprintf("no handler for job type %q", f.env.JobType)
 	if w.unknownKindWait < 0 {
-		log.Error("no handler registered for the job's kind; dead-lettering")
-		return deadLetterOf(log, original(env), CauseNoHandler, reason, nil, jc)
+		f.log.Error("no handler registered for the job's kind; dead-lettering")
+		return deadLetterOf(f, original(f.env), CauseNoHandler, reason, nil)
 	}
 	now := w.clock.Now()
 	since := unhandledSince(delivered, now)
 	waited := max(0, now.Sub(since))
 	if waited >= w.unknownKindWait {
-		log.Error("no handler registered for the job's kind; dead-lettering", "waited", waited, "limit", w.unknownKindWait)
+		f.log.Error("no handler registered for the job's kind; dead-lettering", "waited", waited, "limit", w.unknownKindWait)
 		reason = fmt.Sprintf("%s after waiting %v for one", reason, roundWait(waited))
-		return deadLetterOf(log, original(env), CauseNoHandler, reason, nil, jc)
+		return deadLetterOf(f, original(f.env), CauseNoHandler, reason, nil)
 	}
 	delay := min(unknownKindInterval, w.unknownKindWait-waited)
-	next := env
+	next := f.env
 	next.Priority = 0
 	msg, _ := next.Message() // cannot fail for an envelope that just decoded
 	msg.Headers = carriedHeaders(delivered)
@@ -164,8 +174,8 @@ func (w *Worker) unhandled(log jobLog, env broker.Envelope, jc JobContext, deliv
 		msg.Headers = make(map[string]string, 1)
 	}
 	msg.Headers[headerUnhandledSince] = strconv.FormatInt(since.UnixMilli(), 10)
-	return settlement{action: actHold, msg: msg, op: OpUnhandled, delay: delay, kind: holdRetry, env: env, jc: jc, waited: waited,
-		log: log, out: Outcome{Result: Unhandled, Delay: delay, Reason: reason}}
+	return settlement{action: actHold, msg: msg, op: OpUnhandled, delay: delay, kind: holdRetry, env: f.env, jc: f.jc, waited: waited,
+		log: f.log, out: Outcome{Result: Unhandled, Delay: delay, Reason: reason}}
 }
 
 // unhandledSince is when a worker first held the job back for want of a
@@ -189,23 +199,25 @@ func roundWait(d time.Duration) time.Duration {
 // interrupted settles a job whose handler was cancelled: by a stop that ran
 // out of time, or because its delivery was lost with its consumer. That is
 // not the job's fault: it goes back as it was.
-func (w *Worker) interrupted(ctx context.Context, log jobLog, env broker.Envelope, err error) settlement {
+func (w *Worker) interrupted(ctx context.Context, f jobFacts, err error) settlement {
+	log := f.log
 	out := Outcome{Result: Requeued, Err: err}
 	if w.poisonAfter > 0 && errors.Is(context.Cause(ctx), errStopTimedOut) {
 		// Nor a crash: published again unchanged and acked, as an unstarted
 		// delivery is, so that PoisonAfter does not count it (requeued, it
 		// would come back redelivered).
 		log.Warn("job interrupted by the worker's stop; publishing it again", "error", err)
-		return settlement{action: actCopy, msg: original(env), op: OpRedelivery, out: out, log: log}
+		return settlement{action: actCopy, msg: original(f.env), op: OpRedelivery, out: out, log: log}
 	}
 	log.Warn("job interrupted (the worker is stopping or its delivery was lost); returning it to the queue", "error", err)
 	return settlement{action: actRequeue, out: out, log: log}
 }
 
-// deadLetterOf is the settlement that moves msg to the dead letters.
-func deadLetterOf(log jobLog, msg broker.Message, why DeadLetterCause, reason string, cause error, jc JobContext) settlement {
-	return settlement{action: actDeadLetter, msg: msg, reason: reason, log: log,
-		event: &DeadLetterEvent{Job: jc, Cause: why, Reason: reason, Err: cause},
+// deadLetterOf is the settlement that moves msg, f's job as it is to be
+// kept, to the dead letters.
+func deadLetterOf(f jobFacts, msg broker.Message, why DeadLetterCause, reason string, cause error) settlement {
+	return settlement{action: actDeadLetter, msg: msg, reason: reason, log: f.log,
+		event: &DeadLetterEvent{Job: f.jc, Cause: why, Reason: reason, Err: cause},
 		out:   Outcome{Result: DeadLettered, Cause: why, Reason: reason, Err: cause}}
 }
 
@@ -237,20 +249,20 @@ func carriedHeaders(delivered map[string]string) map[string]string {
 }
 
 // settle carries s out on the calling goroutine: its publish, then the
-// ack. A failed publish comes back as a report asking for another try.
-// Only a suspect run alone is settled so (runSuspect); every other
-// delivery is settled by its queue actor.
-func (w *Worker) settle(s *settlement) report {
+// ack. A failed publish comes back, to be tried again after a backoff by
+// the queue actor. Only a suspect run alone is settled so (runSuspect);
+// every other delivery is settled by its queue actor.
+func (w *Worker) settle(s *settlement) (retry *settlement) {
 	if err := w.publishOf(s, w.holdNext); err != nil {
 		switch w.failedTry(s, err) {
 		case tryAgain:
-			return report{retry: s.kept()}
+			return s.kept()
 		case nowDeadLetter:
 			return w.settle(s)
 		}
 	}
 	w.settled(s)
-	return report{}
+	return nil
 }
 
 // publishAndAck makes the publish s needs and, once it is confirmed, acks
@@ -321,7 +333,7 @@ func (w *Worker) holdNext(s *settlement) error {
 	// Wait for the queue actor to have paused, so that this goroutine's
 	// next task, if it is the queue's, is held back.
 	paused := make(chan struct{})
-	s.reports <- report{run: s.run, notice: true, pauseUntil: until, paused: paused}
+	_ = s.inbox.Put(context.Background(), pauseNotice{run: s.run, until: until, paused: paused})
 	waitPaused(s.ctx, paused)
 	return nil
 }

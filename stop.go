@@ -11,13 +11,13 @@ import (
 // those not started go back to the broker, and running handlers have
 // ShutdownTimeout to finish (waitOut).
 func (l *queueLoop) stop() error {
-	l.stopped = true
-	l.stopTimer()
 	l.stopConsumer()
+	l.phase = phaseStopping
+	l.showPaused()
+	l.stopTimer()
 	l.holdBackTasks()
 	giveBackTasks(l.pool)
 	l.giveBack(l.takeMailbox()...)
-	l.isolating = false
 	for _, s := range l.retries {
 		l.w.giveUpSettling(s)
 	}
@@ -51,8 +51,8 @@ func (l *queueLoop) waitOut() {
 				continue
 			}
 			l.giveBack(d)
-		case r := <-l.reports:
-			l.reportedAtStop(r)
+		case m := <-l.inbox.Receive():
+			l.reported(m) // phaseStopping: no pause, no settle tried again
 		case <-timer.C:
 			if cancelled {
 				l.abandon()
@@ -78,26 +78,6 @@ func (l *queueLoop) abandon() {
 	l.w.log.Error("handlers ignored their cancelled ctx; abandoning them, their jobs unsettled (the broker hands them out again)",
 		"queue", l.q.broker, "running", l.running, "waited_after_cancel", l.stopGrace())
 	l.w.abandoned.Add(1)
-}
-
-// reportedAtStop takes a message during a stop: a handler's run that
-// ends is settled as at any time (its publish goes on), but no queue
-// pauses, and a settle that fails is not tried again: its delivery goes
-// back to the broker (l.stopped).
-func (l *queueLoop) reportedAtStop(r report) {
-	switch {
-	case r.run != l.run:
-		l.reportedStale(r)
-	case r.settle != nil:
-		l.ranToSettle(r)
-	case r.published != nil:
-		l.publishing--
-		l.published(r.published, r.err)
-	default:
-		if l.taskDone(r) && r.retry != nil {
-			l.w.giveUpSettling(r.retry)
-		}
-	}
 }
 
 // giveBackTimeout bounds the publish of a delivery given back as a copy;

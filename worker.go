@@ -135,8 +135,8 @@ type Worker struct {
 	log         *slog.Logger
 	jitter      jitterSources // WorkerConfig.Rand's
 
-	hold           *holdActor               // set by Run before its queue actors start
-	inFlight       map[string]*atomic.Int32 // by Queue.Name: Worker.InFlight
+	hold           *holdActor             // set by Run before its queue actors start
+	queueActors    map[string]*queueActor // by Queue.Name, of w.queues
 	settleFailures atomic.Uint64
 	abandoned      atomic.Int64 // queues (and handlers of lost consumers) a stop gave up on
 	givenBack      givenBack    // deliveries requeued after a failed republish (PoisonAfter)
@@ -187,7 +187,7 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 		jitter:          newJitter(cfg.Rand),
 		log:             orDefaultLogger(cfg.Logger),
 		handlers:        map[string]handler{},
-		inFlight:        map[string]*atomic.Int32{},
+		queueActors:     map[string]*queueActor{},
 	}
 	if len(cfg.Queues) == 0 {
 		w.queues = s.ordered
@@ -203,7 +203,7 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 	}
 	for _, q := range w.queues {
 		w.concurrency += q.prefetch
-		w.inFlight[q.Name] = new(atomic.Int32)
+		w.queueActors[q.Name] = newQueueActor(w, q)
 	}
 	if cfg.Concurrency > 0 {
 		w.concurrency = cfg.Concurrency
@@ -223,8 +223,8 @@ func (w *Worker) Concurrency() int { return w.concurrency }
 // waits for the broker (a larger prefetch lets more travel at once). It
 // is 0 for a queue the worker does not consume.
 func (w *Worker) InFlight(name string) int {
-	if g, ok := w.inFlight[name]; ok {
-		return int(g.Load())
+	if a, ok := w.queueActors[name]; ok {
+		return int(a.gauges.inFlight.Load())
 	}
 	return 0
 }
@@ -318,8 +318,8 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) supervisor(ctx context.Context, fail context.CancelCauseFunc, tasks chan task) *supervisor.Supervisor {
 	children := []supervisor.Child{{Name: "hold", Run: w.hold.Run, Restart: supervisor.Permanent}}
 	for _, q := range w.consumed() {
-		a := &queueActor{w: w, q: q, pool: tasks, fail: fail, stopping: ctx, inFlight: w.inFlight[q.Name],
-			reports: make(chan report, 4*q.prefetch)}
+		a := w.queueActors[q.Name]
+		a.pool, a.fail, a.stopping = tasks, fail, ctx
 		children = append(children, supervisor.Child{Name: "queue:" + q.broker, Run: a.Run, Restart: supervisor.Permanent})
 	}
 	for _, s := range w.schedules {

@@ -10,6 +10,9 @@ import (
 // only after everything buffered has been taken).
 var ErrClosed = errors.New("mailbox: closed")
 
+// ErrFull is returned by TryPut when the mailbox has no room.
+var ErrFull = errors.New("mailbox: full")
+
 // Mailbox is a bounded FIFO of T. Create one with New; the zero value is
 // not usable.
 type Mailbox[T any] struct {
@@ -97,6 +100,44 @@ func (m *Mailbox[T]) Get(ctx context.Context) (T, error) {
 		}
 	}
 }
+
+// TryPut appends v if there is room, without waiting: it returns ErrFull
+// when there is none, and ErrClosed once the mailbox is closed. An actor
+// that keeps its own backlog in a mailbox uses it, since it cannot wait
+// for room that only it can make.
+func (m *Mailbox[T]) TryPut(v T) error {
+	m.inFlight.RLock()
+	defer m.inFlight.RUnlock()
+	if m.isClosed() {
+		return ErrClosed
+	}
+	select {
+	case m.lane <- v:
+		return nil
+	default:
+		return ErrFull
+	}
+}
+
+// TryGet removes and returns the oldest message if there is one, without
+// waiting (ok false when the mailbox is empty).
+func (m *Mailbox[T]) TryGet() (v T, ok bool) {
+	select {
+	case v = <-m.lane:
+		return v, true
+	default:
+		return v, false
+	}
+}
+
+// Receive is the mailbox's receiving end, for an actor that waits in one
+// select for its mailbox and other events (a timer, a broker's channel):
+// a receive from it removes the oldest message. It is never closed, not
+// even by Close; an actor that selects on it watches its own stop.
+func (m *Mailbox[T]) Receive() <-chan T { return m.lane }
+
+// Cap returns the number of messages the mailbox holds at most.
+func (m *Mailbox[T]) Cap() int { return cap(m.lane) }
 
 // Len returns the number of messages buffered.
 func (m *Mailbox[T]) Len() int { return len(m.lane) }

@@ -243,3 +243,39 @@ func getN[T any](t *testing.T, mb *mailbox.Mailbox[T], n int) []T {
 	}
 	return out
 }
+
+// TryPut never waits: it takes what fits, says ErrFull past the capacity
+// and ErrClosed once closed; what it took comes out of TryGet and Receive
+// in order.
+func TestTryPutAndTryGetNeverWait(t *testing.T) {
+	mb := mailbox.New[int](2)
+	if got := mb.Cap(); got != 2 {
+		t.Fatalf("Cap() = %d, want 2", got)
+	}
+	for i := range 2 {
+		if err := mb.TryPut(i); err != nil {
+			t.Fatalf("TryPut(%d) = %v, want nil", i, err)
+		}
+	}
+	if err := mb.TryPut(2); !errors.Is(err, mailbox.ErrFull) {
+		t.Fatalf("TryPut on a full mailbox = %v, want ErrFull", err)
+	}
+	if v, ok := mb.TryGet(); !ok || v != 0 {
+		t.Fatalf("TryGet() = %d, %v, want 0, true", v, ok)
+	}
+	select {
+	case v := <-mb.Receive():
+		if v != 1 {
+			t.Fatalf("<-Receive() = %d, want 1", v)
+		}
+	default:
+		t.Fatal("Receive() had nothing, want 1")
+	}
+	if v, ok := mb.TryGet(); ok {
+		t.Fatalf("TryGet() on an empty mailbox = %d, true, want false", v)
+	}
+	mb.Close()
+	if err := mb.TryPut(3); !errors.Is(err, mailbox.ErrClosed) {
+		t.Fatalf("TryPut after Close = %v, want ErrClosed", err)
+	}
+}
