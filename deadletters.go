@@ -134,61 +134,88 @@ var ErrNotFound = errors.New("queuey: not found")
 // 65,535 a read takes at once (ListLimit), it reads again as long as it
 // replays some. It returns how many were replayed.
 func (dl *DeadLetters) Replay(ctx context.Context, name string, opts ReplayOptions) (int, error) {
-	if opts.Select == nil {
-		return 0, fmt.Errorf("%w: replay needs a selection (ByID, ByKind or All)", ErrInvalidJob)
-	}
-	if opts.After < 0 {
-		return 0, fmt.Errorf("%w: replay after %v", ErrInvalidDelay, opts.After)
-	}
-	q, ok := dl.set.byName[name]
-	if !ok {
-		return 0, fmt.Errorf("%w: queue %q is not in the queue set", ErrUnknownQueue, name)
-	}
-	dead := broker.DeadQueueName(q.broker)
-	total, err := dl.backend.Depth(ctx, dead)
+	q, err := dl.replayQueue(name, opts)
 	if err != nil {
 		return 0, err
 	}
-	replayed := 0
-	one := func(d DeadLetter, del broker.Delivery) (bool, error) {
-		if d.Malformed || !opts.Select(d) {
-			return false, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return false, err
-		}
-		ctx, cancel := dl.clock.WithTimeout(context.WithoutCancel(ctx), replayOneTimeout)
-		defer cancel()
-		env, _ := broker.DecodeEnvelope(d.Body) // it decoded once already
-		env.Attempt, env.Deferrals, env.Priority, env.Queue = 1, 0, 0, q.broker
-		var err error
-		if opts.After > 0 {
-			env.Priority = q.maxPriority
-			_, err = dl.producer.hold(ctx, env, opts.After, holdDefer, OpDefer, carriedHeaders(d.Headers))
-		} else {
-			err = dl.producer.publish(ctx, env, true, carriedHeaders(d.Headers))
-		}
-		if err != nil {
-			return false, fmt.Errorf("replay %s: %w", d.ID, err)
-		}
-		if err := del.Ack(ctx); err != nil {
-			// Published but still in the dead letters: it may be replayed
-			// twice, never lost.
-			return false, fmt.Errorf("replayed %s but could not remove it from the dead letters: %w", d.ID, err)
-		}
-		replayed++
-		if opts.Progress != nil {
-			opts.Progress(replayed, total)
-		}
-		return true, nil
+	total, err := dl.backend.Depth(ctx, broker.DeadQueueName(q.broker))
+	if err != nil {
+		return 0, err
 	}
+	r := &replay{dl: dl, q: q, opts: opts, total: total}
+	one := func(d DeadLetter, del broker.Delivery) (bool, error) { return r.one(ctx, d, del) }
 	for {
-		before := replayed
+		before := r.replayed
 		more, err := dl.walk(ctx, name, one)
-		if err != nil || !more || replayed == before {
-			return replayed, err
+		if err != nil || !more || r.replayed == before {
+			return r.replayed, err
 		}
 	}
+}
+
+// replayQueue checks Replay's options and returns the queue named name.
+func (dl *DeadLetters) replayQueue(name string, opts ReplayOptions) (*queueConfig, error) {
+	if opts.Select == nil {
+		return nil, fmt.Errorf("%w: replay needs a selection (ByID, ByKind or All)", ErrInvalidJob)
+	}
+	if opts.After < 0 {
+		return nil, fmt.Errorf("%w: replay after %v", ErrInvalidDelay, opts.After)
+	}
+	q, ok := dl.set.byName[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: queue %q is not in the queue set", ErrUnknownQueue, name)
+	}
+	return q, nil
+}
+
+// replay is one Replay call: what it replays into which queue, and how
+// far it has got.
+type replay struct {
+	dl       *DeadLetters
+	q        *queueConfig
+	opts     ReplayOptions
+	total    int // the dead letters when it began, for Progress
+	replayed int
+}
+
+// one replays d, when it is selected, and removes it from the dead
+// letters (walk's f): publish and removal run to their end once begun,
+// whatever ctx does, replayOneTimeout at most.
+func (r *replay) one(ctx context.Context, d DeadLetter, del broker.Delivery) (bool, error) {
+	if d.Malformed || !r.opts.Select(d) {
+		return false, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	ctx, cancel := r.dl.clock.WithTimeout(context.WithoutCancel(ctx), replayOneTimeout)
+	defer cancel()
+	if err := r.republish(ctx, d); err != nil {
+		return false, fmt.Errorf("replay %s: %w", d.ID, err)
+	}
+	if err := del.Ack(ctx); err != nil {
+		// Published but still in the dead letters: it may be replayed
+		// twice, never lost.
+		return false, fmt.Errorf("replayed %s but could not remove it from the dead letters: %w", d.ID, err)
+	}
+	r.replayed++
+	if r.opts.Progress != nil {
+		r.opts.Progress(r.replayed, r.total)
+	}
+	return true, nil
+}
+
+// republish publishes d's job to its work queue as a new one (attempt 1,
+// no deferrals), now or, after opts.After, at the queue's top priority.
+func (r *replay) republish(ctx context.Context, d DeadLetter) error {
+	env, _ := broker.DecodeEnvelope(d.Body) // it decoded once already
+	env.Attempt, env.Deferrals, env.Priority, env.Queue = 1, 0, 0, r.q.broker
+	if r.opts.After > 0 {
+		env.Priority = r.q.maxPriority
+		_, err := r.dl.producer.hold(ctx, env, r.opts.After, holdOp{kind: holdDefer, op: OpDefer}, carriedHeaders(d.Headers))
+		return err
+	}
+	return r.dl.producer.publish(ctx, env, true, carriedHeaders(d.Headers))
 }
 
 // ListLimit is how many dead letters one read takes at most: List's limit
@@ -214,76 +241,119 @@ func (dl *DeadLetters) walk(ctx context.Context, name string, f func(DeadLetter,
 	if !ok {
 		return false, fmt.Errorf("%w: queue %q is not in the queue set", ErrUnknownQueue, name)
 	}
+	if err := dl.awaitTurn(ctx, name); err != nil {
+		return false, err
+	}
+	defer func() { <-dl.turn }()
+	r, err := dl.startRead(ctx, name, q)
+	if err != nil || r == nil {
+		return false, err
+	}
+	defer r.c.Cancel() // what was not settled goes back, in order
+	for read := range min(r.n, ListLimit) {
+		quiet, err := r.next(ctx, dl.clock, read, f)
+		if err != nil {
+			return false, err
+		}
+		if quiet {
+			return r.more, nil // all there is
+		}
+	}
+	return r.more, nil
+}
+
+// awaitTurn waits until no other walk of dl reads, or for ctx's end. The
+// caller gives the turn back (<-dl.turn).
+func (dl *DeadLetters) awaitTurn(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
-		return false, err // the select would pick a free turn, or this case, at random
+		return err // the select would pick a free turn, or this case, at random
 	}
 	select {
 	case dl.turn <- struct{}{}:
-		defer func() { <-dl.turn }()
+		return nil
 	case <-ctx.Done():
-		return false, fmt.Errorf("waiting for another read of the dead letters of %q to end: %w", name, ctx.Err())
+		return fmt.Errorf("waiting for another read of the dead letters of %q to end: %w", name, ctx.Err())
 	}
+}
+
+// deadRead is one walk's read of a dead-letter queue.
+type deadRead struct {
+	name   string // the work queue's Name, for errors
+	c      broker.Consumer
+	n      int  // the depth (walk reads ListLimit at most), or ListLimit on a quorum queue
+	more   bool // the depth was over ListLimit
+	quorum bool
+	now    time.Time // when the read began, for the dead letters' ages
+}
+
+// startRead counts the dead letters of q, the queue named name, and starts
+// consuming them, exclusively when the backend can. It returns a nil read
+// when there is nothing to read and no exclusive consume to say whether
+// another reader holds the queue.
+func (dl *DeadLetters) startRead(ctx context.Context, name string, q *queueConfig) (*deadRead, error) {
 	dead := broker.DeadQueueName(q.broker)
 	n, err := dl.backend.Depth(ctx, dead)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	more = n > ListLimit
-	quorum := q.qtype == broker.Quorum
-	if quorum {
+	r := &deadRead{name: name, n: n, more: n > ListLimit, quorum: q.qtype == broker.Quorum}
+	if r.quorum {
 		// A quorum queue counts what a reader before gave back only once
 		// its log has applied it: read until the queue is quiet instead.
-		n = ListLimit
+		r.n = ListLimit
 	}
 	consume := dl.backend.Consume
 	if ex, ok := dl.backend.(broker.ExclusiveConsumer); ok {
 		consume = ex.ConsumeExclusive
-	} else if n == 0 {
-		return false, nil
+	} else if r.n == 0 {
+		return nil, nil
 	}
 	// Even with nothing ready, the exclusive consume says whether another
 	// reader holds what there is.
-	c, err := consume(ctx, dead, max(1, min(n, ListLimit)))
+	c, err := consume(ctx, dead, max(1, min(r.n, ListLimit)))
 	if err != nil && ctx.Err() != nil {
-		return false, ctx.Err() // whatever the backend made of it, the read was cut short
+		return nil, ctx.Err() // whatever the backend made of it, the read was cut short
 	}
 	if errors.Is(err, ErrInUse) {
-		return false, fmt.Errorf("%w: the dead letters of %q are being read elsewhere (List, Show or Replay, in this process or another, or a worker that consumes that queue); try again", err, name)
+		return nil, fmt.Errorf("%w: the dead letters of %q are being read elsewhere (List, Show or Replay, in this process or another, or a worker that consumes that queue); try again", err, name)
 	}
 	if err != nil {
+		return nil, err
+	}
+	r.c, r.now = c, dl.clock.Now()
+	return r, nil
+}
+
+// next waits for one more dead letter, read of them having come so far,
+// and hands it to f. quiet reports that a quorum queue went quiet: there
+// are no more.
+//
+// They were counted ready: they come at once, unless someone took them
+// meanwhile (a reader on a backend without exclusive consumers, a purge).
+// next gives up after a quiet spell, not at ctx's end, and says so rather
+// than let walk return part as if it were all.
+func (r *deadRead) next(ctx context.Context, clk clock.Clock, read int, f func(DeadLetter, broker.Delivery) (bool, error)) (quiet bool, _ error) {
+	idle := clk.Timer(walkIdle)
+	if r.quorum {
+		idle.Reset(walkQuiet)
+	}
+	select {
+	case del, ok := <-r.c.Deliveries():
+		idle.Stop()
+		if !ok {
+			return false, fmt.Errorf("reading the dead letters of %q: %w", r.name, r.c.Err())
+		}
+		_, err := f(readDeadLetter(del.Message(), r.now), del)
 		return false, err
-	}
-	defer c.Cancel() // what was not settled goes back, in order
-	now := dl.clock.Now()
-	for read := range min(n, ListLimit) {
-		// They were counted ready: they come at once, unless someone took
-		// them meanwhile (a reader on a backend without exclusive
-		// consumers, a purge). Give up after a quiet spell, not at ctx's
-		// end, and say so rather than return part as if it were all.
-		idle := dl.clock.Timer(walkIdle)
-		if quorum {
-			idle.Reset(walkQuiet)
+	case <-idle.C:
+		if r.quorum {
+			return true, nil
 		}
-		select {
-		case del, ok := <-c.Deliveries():
-			idle.Stop()
-			if !ok {
-				return false, fmt.Errorf("reading the dead letters of %q: %w", name, c.Err())
-			}
-			if _, err := f(readDeadLetter(del.Message(), now), del); err != nil {
-				return false, err
-			}
-		case <-idle.C:
-			if quorum {
-				return more, nil // quiet: all there is
-			}
-			return false, fmt.Errorf("%w: read %d of the %d dead letters of %q; the others went elsewhere (another reader, or a purge)", ErrInUse, read, n, name)
-		case <-ctx.Done():
-			idle.Stop()
-			return false, ctx.Err()
-		}
+		return false, fmt.Errorf("%w: read %d of the %d dead letters of %q; the others went elsewhere (another reader, or a purge)", ErrInUse, read, r.n, r.name)
+	case <-ctx.Done():
+		idle.Stop()
+		return false, ctx.Err()
 	}
-	return more, nil
 }
 
 // walkIdle is how long walk waits for the next dead letter it was told of.

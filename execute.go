@@ -352,12 +352,12 @@ func (w *Worker) recoverHook(which string) {
 
 // publishHook tells the publish hook about a republish of the worker's
 // (guardHook): it returns what to call with the result.
-func (w *Worker) publishHook(ctx context.Context, op PublishOp, msg *broker.Message, delay time.Duration, reason string) func(error) {
+func (w *Worker) publishHook(ctx context.Context, msg *broker.Message, intent publishIntent) func(error) {
 	if w.hooks == nil || w.hooks.Publish == nil {
 		return func(error) {}
 	}
 	done := func(error) {}
-	w.guardHook("Publish", func() { done = w.hooks.publishing(ctx, w.backend.Name(), w.set, op, msg, delay, reason) })
+	w.guardHook("Publish", func() { done = w.hooks.beforePublish(ctx, w.backend.Name(), w.set, msg, intent) })
 	return func(err error) { w.guardHook("Publish's result func", func() { done(err) }) }
 }
 

@@ -142,9 +142,18 @@ func stampDue(msg *broker.Message, due time.Time) {
 	msg.DueAt = due.Truncate(time.Millisecond)
 }
 
-// publishing tells the publish hook about msg and returns what to call
-// with the result.
-func (h *Hooks) publishing(ctx context.Context, system string, set *queueSet, op PublishOp, msg *broker.Message, delay time.Duration, reason string) func(error) {
+// publishIntent is what a publish is for, as the publish hook is told it
+// beside the message: why (op), the wait asked for, and a dead letter's
+// reason.
+type publishIntent struct {
+	op     PublishOp
+	delay  time.Duration
+	reason string
+}
+
+// beforePublish tells the publish hook about msg, which system publishes
+// into set for intent, and returns what to call with the result.
+func (h *Hooks) beforePublish(ctx context.Context, system string, set *queueSet, msg *broker.Message, intent publishIntent) func(error) {
 	if h == nil || h.Publish == nil {
 		return func(error) {}
 	}
@@ -152,9 +161,9 @@ func (h *Hooks) publishing(ctx context.Context, system string, set *queueSet, op
 		msg.Headers = map[string]string{}
 	}
 	p := &PublishInfo{
-		Op: op, System: system, Queue: set.nameOf(msg.Queue), BrokerQueue: msg.Queue, JobID: msg.ID, Kind: msg.Type,
+		Op: intent.op, System: system, Queue: set.nameOf(msg.Queue), BrokerQueue: msg.Queue, JobID: msg.ID, Kind: msg.Type,
 		Attempt: int(msg.Attempt), Deferrals: int(msg.Deferrals), Priority: int(msg.Priority),
-		Delay: delay, Reason: reason, CorrelationID: msg.CorrelationID, Headers: msg.Headers,
+		Delay: intent.delay, Reason: intent.reason, CorrelationID: msg.CorrelationID, Headers: msg.Headers,
 	}
 	if done := h.Publish(ctx, p); done != nil {
 		return done

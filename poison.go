@@ -134,7 +134,7 @@ func (w *Worker) setAside(ctx context.Context, q *queueConfig, d broker.Delivery
 	again := msg
 	again.Queue = q.broker
 	again.Headers = maps.Clone(msg.Headers)
-	done := w.publishHook(ctx, OpRedelivery, &again, 0, "")
+	done := w.publishHook(ctx, &again, publishIntent{op: OpRedelivery})
 	err := w.backend.Publish(ctx, again)
 	done(err)
 	if err != nil {

@@ -128,7 +128,7 @@ func (p *Producer) publish(ctx context.Context, env broker.Envelope, stampNow bo
 	if stampNow {
 		stampDue(&msg, p.clock.Now())
 	}
-	done := p.hooks.publishing(ctx, p.backend.Name(), p.set, OpEnqueue, &msg, 0, "")
+	done := p.hooks.beforePublish(ctx, p.backend.Name(), p.set, &msg, publishIntent{op: OpEnqueue})
 	err = p.backend.Publish(ctx, msg)
 	done(err)
 	if err != nil {
@@ -188,7 +188,7 @@ func (p *Producer) publishBatch(ctx context.Context, bp broker.BatchPublisher, j
 			errs[i] = fmt.Errorf("job %d: %w", i, err)
 			continue
 		}
-		dones = append(dones, p.hooks.publishing(ctx, p.backend.Name(), p.set, OpEnqueue, &msg, 0, ""))
+		dones = append(dones, p.hooks.beforePublish(ctx, p.backend.Name(), p.set, &msg, publishIntent{op: OpEnqueue}))
 		msgs, index = append(msgs, msg), append(index, i)
 	}
 	if len(msgs) == 0 {
@@ -224,7 +224,7 @@ func (p *Producer) EnqueueAfter(ctx context.Context, job Job, d time.Duration, o
 	if err != nil {
 		return "", err
 	}
-	return p.hold(ctx, env, d, holdDelay, OpEnqueueAfter, nil)
+	return p.hold(ctx, env, d, holdOp{kind: holdDelay, op: OpEnqueueAfter}, nil)
 }
 
 // Defer publishes job to wait d (rounded up to the queue set's
@@ -237,20 +237,30 @@ func (p *Producer) Defer(ctx context.Context, job Job, d time.Duration, opts ...
 		return "", err
 	}
 	env.Priority = q.maxPriority
-	return p.hold(ctx, env, d, holdDefer, OpDefer, nil)
+	return p.hold(ctx, env, d, holdOp{kind: holdDefer, op: OpDefer}, nil)
 }
 
-func (p *Producer) hold(ctx context.Context, env broker.Envelope, d time.Duration, kind holdKind, op PublishOp, headers map[string]string) (string, error) {
+// holdOp is why a producer holds a job: the kind of hold, which picks
+// its rounding step, and the publish op the hooks are told. The two go
+// together (EnqueueAfter's, Defer's).
+type holdOp struct {
+	kind holdKind
+	op   PublishOp
+}
+
+// hold publishes env, with headers, to wait d in a hold queue of why's
+// kind, and returns its job id.
+func (p *Producer) hold(ctx context.Context, env broker.Envelope, d time.Duration, why holdOp, headers map[string]string) (string, error) {
 	msg, err := p.message(env)
 	if err != nil {
 		return "", err
 	}
 	msg.Headers = headers
-	done := p.hooks.publishing(ctx, p.backend.Name(), p.set, op, &msg, d, "")
-	err = p.holder.hold(ctx, msg, d, kind)
+	done := p.hooks.beforePublish(ctx, p.backend.Name(), p.set, &msg, publishIntent{op: why.op, delay: d})
+	err = p.holder.hold(ctx, msg, d, why.kind)
 	done(err)
 	if err != nil {
-		return "", fmt.Errorf("%s %s on %q: %w", kind, env.JobType, env.Queue, err)
+		return "", fmt.Errorf("%s %s on %q: %w", why.kind, env.JobType, env.Queue, err)
 	}
 	return env.JobID, nil
 }

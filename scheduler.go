@@ -255,7 +255,7 @@ func (l *scheduleLoop) enqueue(ctx context.Context, tick time.Time) error {
 	if err != nil {
 		return err
 	}
-	done := l.a.w.publishHook(ctx, OpSchedule, &msg, 0, "")
+	done := l.a.w.publishHook(ctx, &msg, publishIntent{op: OpSchedule})
 	err = l.a.w.backend.Publish(ctx, msg)
 	done(err)
 	if err != nil {

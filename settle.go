@@ -301,7 +301,7 @@ func (w *Worker) holdHere(s *settlement) error { return w.holdPublish(s, w.hold.
 // holdPublish holds s's next envelope with hold, telling the publish hook.
 func (w *Worker) holdPublish(s *settlement, hold func(context.Context, broker.Message, time.Duration, holdKind) error) error {
 	msg := s.msg
-	done := w.publishHook(s.ctx, s.op, &msg, s.delay, "")
+	done := w.publishHook(s.ctx, &msg, publishIntent{op: s.op, delay: s.delay})
 	err := hold(s.ctx, msg, s.delay, s.kind)
 	done(err)
 	return err
@@ -347,7 +347,7 @@ func (w *Worker) deadLetter(s *settlement) error {
 		w.guardHook("OnDeadLetter", func() { w.onDeadLetter(s.ctx, ev) })
 	}
 	msg := s.msg
-	done := w.publishHook(s.ctx, OpDeadLetter, &msg, 0, s.reason)
+	done := w.publishHook(s.ctx, &msg, publishIntent{op: OpDeadLetter, reason: s.reason})
 	err := w.backend.DeadLetter(s.ctx, broker.DeadLetter{Message: msg, Reason: s.reason})
 	done(err)
 	return err
@@ -359,7 +359,7 @@ func (w *Worker) publishCopy(s *settlement) error {
 	ctx, cancel := w.clock.WithTimeout(context.WithoutCancel(s.ctx), giveBackTimeout)
 	defer cancel()
 	msg := s.msg
-	done := w.publishHook(ctx, s.op, &msg, 0, "")
+	done := w.publishHook(ctx, &msg, publishIntent{op: s.op})
 	err := w.backend.Publish(ctx, msg)
 	done(err)
 	return err

@@ -167,13 +167,40 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 	if cfg == nil {
 		cfg = &WorkerConfig{}
 	}
+	if err := checkWorkerConfig(cfg); err != nil {
+		return nil, err
+	}
+	w := newWorker(backend, s, cfg)
+	if w.queues, err = workerQueues(s, cfg.Queues); err != nil {
+		return nil, err
+	}
+	for _, q := range w.queues {
+		w.concurrency += q.prefetch
+		w.queueActors[q.Name] = newQueueActor(w, q)
+	}
+	if cfg.Concurrency > 0 {
+		w.concurrency = cfg.Concurrency
+	}
+	w.overrides.Store(&retryOverrides{})
+	return w, nil
+}
+
+// checkWorkerConfig refuses the negative values of cfg that have no
+// meaning.
+func checkWorkerConfig(cfg *WorkerConfig) error {
 	if cfg.Concurrency < 0 || cfg.JobTimeout < 0 || cfg.ShutdownTimeout < 0 || cfg.RepublishDelay < 0 || cfg.PoisonAfter < 0 {
-		return nil, fmt.Errorf("%w: concurrency %d, job timeout %v, shutdown timeout %v, republish delay %v and poison after %d must not be negative",
+		return fmt.Errorf("%w: concurrency %d, job timeout %v, shutdown timeout %v, republish delay %v and poison after %d must not be negative",
 			ErrInvalidQueue, cfg.Concurrency, cfg.JobTimeout, cfg.ShutdownTimeout, cfg.RepublishDelay, cfg.PoisonAfter)
 	}
-	w := &Worker{
+	return nil
+}
+
+// newWorker returns a worker of set for backend with cfg's settings, or
+// their defaults; it has no queues yet. It draws from cfg.Rand.
+func newWorker(backend broker.Backend, set *queueSet, cfg *WorkerConfig) *Worker {
+	return &Worker{
 		backend:         backend,
-		set:             s,
+		set:             set,
 		jobTimeout:      cfg.JobTimeout,
 		shutdownTimeout: cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout),
 		republishDelay:  cmp.Or(cfg.RepublishDelay, DefaultRepublishDelay),
@@ -189,27 +216,26 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 		handlers:        map[string]handler{},
 		queueActors:     map[string]*queueActor{},
 	}
-	if len(cfg.Queues) == 0 {
-		w.queues = s.ordered
+}
+
+// workerQueues are the queues of s a worker configured with names
+// (WorkerConfig.Queues) consumes: every queue when names is empty, else
+// the queues named, each once, in the order first named.
+func workerQueues(s *queueSet, names []string) ([]*queueConfig, error) {
+	if len(names) == 0 {
+		return s.ordered, nil
 	}
-	for _, name := range cfg.Queues {
+	var queues []*queueConfig
+	for _, name := range names {
 		q, ok := s.byName[name]
 		if !ok {
 			return nil, fmt.Errorf("%w: worker queue %q is not in the queue set", ErrUnknownQueue, name)
 		}
-		if !slices.Contains(w.queues, q) {
-			w.queues = append(w.queues, q)
+		if !slices.Contains(queues, q) {
+			queues = append(queues, q)
 		}
 	}
-	for _, q := range w.queues {
-		w.concurrency += q.prefetch
-		w.queueActors[q.Name] = newQueueActor(w, q)
-	}
-	if cfg.Concurrency > 0 {
-		w.concurrency = cfg.Concurrency
-	}
-	w.overrides.Store(&retryOverrides{})
-	return w, nil
+	return queues, nil
 }
 
 // Concurrency is the cap on handlers running at once.
@@ -249,32 +275,12 @@ func (w *Worker) SettleFailures() uint64 { return w.settleFailures.Load() }
 // under it, or when a queue actor crashes more often than its supervisor
 // allows. A worker runs once.
 func (w *Worker) Run(ctx context.Context) error {
-	w.mu.Lock()
-	switch {
-	case w.state != workerIdle:
-		w.mu.Unlock()
-		return ErrWorkerStopped
-	case len(w.handlers) == 0 && len(w.schedules) == 0:
-		w.mu.Unlock()
-		return ErrNoHandlers
+	if err := w.startRunning(); err != nil {
+		return err
 	}
-	w.state = workerRunning
-	w.mu.Unlock()
-	defer func() {
-		w.mu.Lock()
-		w.state = workerDone
-		w.mu.Unlock()
-	}()
-
-	specs := make([]broker.QueueSpec, 0, len(w.queues))
-	for _, q := range w.queues {
-		specs = append(specs, q.spec())
-		if w.poisonAfter > 0 {
-			specs = append(specs, q.suspects())
-		}
-	}
-	if err := w.backend.Declare(ctx, specs...); err != nil {
-		return fmt.Errorf("declare queues: %w", err)
+	defer w.markDone()
+	if err := w.declareQueues(ctx); err != nil {
+		return err
 	}
 
 	ctx, fail := context.WithCancelCause(ctx)
@@ -291,14 +297,68 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.hold = newHoldActor(holder{backend: w.backend, set: w.set, log: w.log, clock: w.clock}, 2*buffer, w.publishAndAck)
 	defer w.hold.Stop()
 	tasks, quit := make(chan task, buffer), make(chan struct{})
-	var pool sync.WaitGroup
-	for range w.concurrency {
-		pool.Go(func() { w.serve(tasks, quit) })
-	}
+	pool := w.startPool(tasks, quit)
 	w.log.Info("worker starting", "queues", len(w.queues), "concurrency", w.concurrency, "handlers", len(w.handlers))
 	err := w.supervisor(ctx, fail, tasks).Run(ctx)
 	close(quit) // the pool's channel stays open: a queue actor abandoned by the supervisor may still send
-	w.waitPool(&pool)
+	w.waitPool(pool)
+	err = w.stopError(ctx, err)
+	w.log.Info("worker stopped", "settle_failures", w.SettleFailures(), "error", err)
+	return err
+}
+
+// startRunning moves w from idle to running: a worker runs once, and
+// only with a handler or a schedule.
+func (w *Worker) startRunning() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.state != workerIdle:
+		return ErrWorkerStopped
+	case len(w.handlers) == 0 && len(w.schedules) == 0:
+		return ErrNoHandlers
+	}
+	w.state = workerRunning
+	return nil
+}
+
+// markDone records that w's Run has returned: it does not run again.
+func (w *Worker) markDone() {
+	w.mu.Lock()
+	w.state = workerDone
+	w.mu.Unlock()
+}
+
+// declareQueues declares the queues w consumes, with their suspects
+// queues when PoisonAfter is on.
+func (w *Worker) declareQueues(ctx context.Context) error {
+	specs := make([]broker.QueueSpec, 0, len(w.queues))
+	for _, q := range w.queues {
+		specs = append(specs, q.spec())
+		if w.poisonAfter > 0 {
+			specs = append(specs, q.suspects())
+		}
+	}
+	if err := w.backend.Declare(ctx, specs...); err != nil {
+		return fmt.Errorf("declare queues: %w", err)
+	}
+	return nil
+}
+
+// startPool starts the Concurrency handler goroutines, which take tasks
+// until quit is closed.
+func (w *Worker) startPool(tasks <-chan task, quit <-chan struct{}) *sync.WaitGroup {
+	pool := new(sync.WaitGroup)
+	for range w.concurrency {
+		pool.Go(func() { w.serve(tasks, quit) })
+	}
+	return pool
+}
+
+// stopError is what Run returns once its supervisor has returned err:
+// err, else the cause a queue actor cancelled ctx with, else
+// ErrHandlersStillRunning when a stop abandoned handlers, else nil.
+func (w *Worker) stopError(ctx context.Context, err error) error {
 	if cause := context.Cause(ctx); err == nil && cause != nil && !errors.Is(cause, ctx.Err()) {
 		err = cause
 	}
@@ -306,7 +366,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		err = fmt.Errorf("%w: in %d queue(s), after ShutdownTimeout (%v) and their ctx's cancellation; their jobs were not settled, and the broker hands them out again",
 			ErrHandlersStillRunning, n, w.shutdownTimeout)
 	}
-	w.log.Info("worker stopped", "settle_failures", w.SettleFailures(), "error", err)
 	return err
 }
 
