@@ -330,3 +330,33 @@ func TestAJobQueueThatDisagreesWithTheSetIsRefused(t *testing.T) {
 		mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{}))
 	})
 }
+
+// A deferral of zero or less, as a Retry-After date already past gives
+// when the partner's clock is ahead, runs the job again after one step
+// of DeferGranularity, its attempt unspent: it is not a bad deferral.
+func TestADeferralOfZeroOrLessRunsAgainAfterOneStep(t *testing.T) {
+	for _, d := range []time.Duration{-90 * time.Second, -time.Nanosecond, 0} {
+		t.Run(d.String(), func(t *testing.T) {
+			clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+				must(t, queuey.Handle(h.Worker, func(ctx context.Context, j betaJob, jc queuey.JobContext) error {
+					if jc.Deferrals == 0 {
+						return queuey.Defer(d, "retry-after in the past")
+					}
+					return nil
+				}))
+				id := mustID(t)(h.Producer.Enqueue(t.Context(), betaJob{named("late")}))
+				h.Advance(5 * time.Second)
+				runs := h.Log.Of(id)
+				if len(runs) != 2 {
+					t.Fatalf("runs: got %d, want 2 (deferred, then again); dead letters: %+v", len(runs), h.Backend.DeadLetters(qBeta))
+				}
+				if gap := runs[1].At.Sub(runs[0].At); gap != time.Second {
+					t.Errorf("ran again %v after the deferral, want one step of DeferGranularity (1s)", gap)
+				}
+				if runs[1].Attempt != 1 {
+					t.Errorf("second run at attempt %d, want 1 (a deferral spends none)", runs[1].Attempt)
+				}
+			})
+		})
+	}
+}

@@ -222,6 +222,9 @@ func (l *queueLoop) pause(until time.Time) {
 // does not hurry a consume that is to be tried again.
 func (l *queueLoop) commanded(m pauseCommand) {
 	defer close(m.done)
+	if l.phase == phaseStopping {
+		return
+	}
 	if !m.until.IsZero() {
 		l.w.log.Info("queue paused by command", "queue", l.q.broker, "until", m.until)
 		l.pause(m.until)
@@ -300,10 +303,11 @@ func (l *queueLoop) afterEvent() error {
 	if l.in != nil || l.running > 0 || l.publishing > 0 || l.held() > 0 {
 		return nil
 	}
-	l.lease.retire() // ends the consumer once no settle of its waits to be tried again
-	l.consumer, l.lease = nil, nil
+	if l.lease != nil { // nil when the first consume failed as the worker failed
+		l.lease.retire() // ends the consumer once no settle of its waits to be tried again
+	}
+	l.consumer, l.lease, l.phase = nil, nil, phasePaused // until consume says otherwise
 	if l.resumeAt.After(l.w.clock.Now()) {
-		l.phase = phasePaused
 		l.w.log.Info("queue paused", "queue", l.q.broker, "until", l.resumeAt)
 		return nil
 	}

@@ -94,8 +94,10 @@ func Fatalf(format string, args ...any) error {
 
 // Defer asks for the job to be held for d (rounded up to the queue set's
 // DeferGranularity, never early) and then run again at the queue's top
-// priority, with the same attempt and one more deferral. An empty reason
-// reads "deferred".
+// priority, with the same attempt and one more deferral. A d of zero or
+// less (a Retry-After date already past, as a partner's clock may say)
+// holds it one step of DeferGranularity. An empty reason reads
+// "deferred".
 func Defer(d time.Duration, reason string) error {
 	if reason == "" {
 		reason = "deferred"

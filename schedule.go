@@ -208,7 +208,28 @@ func resolveSchedule(s Schedule, set *queueSet) (*schedule, error) {
 	if _, taken := set.byBroker[state]; taken {
 		return nil, fmt.Errorf("%w: schedule %q: its state queue %q is a queue of the set", ErrInvalidSchedule, s.Name, state)
 	}
+	if why := derivedName(state); why != "" {
+		return nil, fmt.Errorf("%w: schedule %q: its state queue %q would be %s; choose a name that does not end so", ErrInvalidSchedule, s.Name, state, why)
+	}
 	return &schedule{Schedule: s, table: table, q: q, payload: payload, state: state}, nil
+}
+
+// derivedName says which queue of another queue name would be, were it a
+// queue's the library derives names from (a queue "schedule.x" of the
+// set's prefix, say, whether this set has one or not): "" when none.
+func derivedName(name string) string {
+	switch {
+	case strings.HasSuffix(name, ".dead"):
+		return "the dead-letter queue of " + strings.TrimSuffix(name, ".dead")
+	case strings.HasSuffix(name, ".suspects"):
+		return "the suspects queue of " + strings.TrimSuffix(name, ".suspects")
+	case strings.HasSuffix(name, broker.LaneSuffix):
+		return "the lane of quorum queue " + strings.TrimSuffix(name, broker.LaneSuffix)
+	}
+	if q, _, ok := broker.ParseHoldQueueName(name); ok {
+		return "a hold queue of " + q
+	}
+	return ""
 }
 
 // checkScheduleName refuses a name that is empty, too long, or holds

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -307,6 +308,11 @@ func TestInvalidSchedulesAreRefused(t *testing.T) {
 			"a bad policy":   {Name: "x", Job: alphaJob{}, Every: time.Hour, Missed: 7},
 			"never fires":    {Name: "never", Job: alphaJob{}, Cron: "0 0 30 2 *"},
 			"not whole ms":   {Name: "odd", Job: alphaJob{}, Every: time.Second + time.Microsecond},
+			// Names whose state queue a derived name of another queue would be.
+			"a dead-letter queue's name": {Name: "x.dead", Job: alphaJob{}, Every: time.Hour},
+			"a suspects queue's name":    {Name: "x.suspects", Job: alphaJob{}, Every: time.Hour},
+			"a lane's name":              {Name: "x.first", Job: alphaJob{}, Every: time.Hour},
+			"a hold queue's name":        {Name: "x.deferred.1000", Job: alphaJob{}, Every: time.Hour},
 		} {
 			if err := h.Worker.AddSchedule(s); !errors.Is(err, queuey.ErrInvalidSchedule) {
 				t.Errorf("%s: AddSchedule = %v, want ErrInvalidSchedule", name, err)
@@ -740,5 +746,142 @@ func TestScheduleAFailoverBeforeTheFirstTickKeepsIt(t *testing.T) {
 	})
 	if diff := cmp.Diff([]time.Time{tick1, tick1.Add(time.Hour)}, r.times()); diff != "" {
 		t.Fatalf("ticks (-want +got):\n%s", diff)
+	}
+}
+
+// refusingDeclares wraps the memory backend: it refuses the first n
+// declarations that name queue, as a broker refuses a state queue
+// declared before with other arguments.
+type refusingDeclares struct {
+	*memory.Backend
+	queue string
+	n     atomic.Int32
+}
+
+func (b *refusingDeclares) Declare(ctx context.Context, specs ...broker.QueueSpec) error {
+	for _, s := range specs {
+		if s.Name == b.queue && b.n.Add(-1) >= 0 {
+			return fmt.Errorf("%w: declared before without x-single-active-consumer", broker.ErrPreconditionFailed)
+		}
+	}
+	return b.Backend.Declare(ctx, specs...)
+}
+
+// A schedule that cannot run (its state queue refused, again and again,
+// more often than the supervisor's intensity allows) is said at ERROR and
+// tried again with a backoff of its own; the worker's queues run on, and
+// the schedule ticks once its queue is fixed.
+func TestAScheduleThatCannotRunLeavesTheQueuesRunning(t *testing.T) {
+	b := &refusingDeclares{queue: hourlyState}
+	b.n.Store(8)
+	logs := &logRecorder{}
+	var r ticked
+	opts := &clocktest.Options{WrapBackend: func(m *memory.Backend) broker.Backend { b.Backend = m; return b }, Logger: slog.New(logs)}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, r.handler(h.Clock)))
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j betaJob, jc queuey.JobContext) error { return nil }))
+		must(t, h.Worker.AddSchedule(hourly))
+		h.Advance(time.Minute)
+		job := mustID(t)(h.Producer.Enqueue(t.Context(), betaJob{named("runs")}))
+		h.Advance(time.Second)
+		if n := len(h.Log.Of(job)); n != 1 {
+			t.Fatalf("a job of another queue ran %d times while the schedule could not run, want 1", n)
+		}
+		h.Advance(3 * time.Hour)
+		must(t, h.Stop())
+	})
+	if n := logs.count("schedule cannot run; trying again", slog.LevelError); n != 8 {
+		t.Errorf("%d ERROR lines for the schedule, want 8 (one per refusal)", n)
+	}
+	if got := r.times(); len(got) < 2 {
+		t.Errorf("ticks once the state queue was accepted: %v, want the hourly ticks", got)
+	}
+}
+
+// goneQueue wraps the memory backend: once gone is set, publishes to
+// queue are unroutable, as to a deleted queue, until it is declared again.
+type goneQueue struct {
+	*memory.Backend
+	queue      string
+	gone       atomic.Bool
+	redeclared atomic.Int32
+}
+
+func (b *goneQueue) Publish(ctx context.Context, m broker.Message) error {
+	if m.Queue == b.queue && b.gone.Load() {
+		return fmt.Errorf("%w: no queue %q", broker.ErrUnroutable, m.Queue)
+	}
+	return b.Backend.Publish(ctx, m)
+}
+
+func (b *goneQueue) Declare(ctx context.Context, specs ...broker.QueueSpec) error {
+	for _, s := range specs {
+		if s.Name == b.queue && b.gone.CompareAndSwap(true, false) {
+			b.redeclared.Add(1)
+		}
+	}
+	return b.Backend.Declare(ctx, specs...)
+}
+
+// A worker that only leads a schedule consumes no queue, so no queue
+// actor declares the job's queue again when it is deleted: the schedule
+// does, at its first failed publish, and its ticks go on.
+func TestAScheduleOnlyWorkerDeclaresItsJobQueueAgain(t *testing.T) {
+	b := &goneQueue{queue: qAlpha}
+	minutely := queuey.Schedule{Name: "minutely", Job: alphaJob{named("tick")}, Every: time.Minute}
+	opts := &clocktest.Options{WrapBackend: func(m *memory.Backend) broker.Backend { b.Backend = m; return b }}
+	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+		must(t, h.Worker.AddSchedule(minutely))
+		h.Advance(2*time.Minute + time.Second)
+		if n := h.Backend.Pending(qAlpha); n != 2 {
+			t.Fatalf("ticks enqueued in 2 minutes: %d, want 2", n)
+		}
+		b.gone.Store(true)
+		h.Advance(3 * time.Minute)
+		if n := b.redeclared.Load(); n != 1 {
+			t.Errorf("the job's queue was declared again %d times, want 1", n)
+		}
+		if n := h.Backend.Pending(qAlpha); n != 5 {
+			t.Errorf("ticks enqueued in 5 minutes: %d, want 5 (the one refused, a second later)", n)
+		}
+	})
+}
+
+// Ticks whose publish keeps failing until newer ones fall due are missed
+// ticks: once the broker takes them again, FireLatest fires the latest
+// alone and FireAll every one, not a burst of all whatever the policy.
+func TestTicksHeldBackByFailedPublishesFollowTheMissedTickPolicy(t *testing.T) {
+	for _, c := range []struct {
+		missed queuey.MissedTicks
+		want   []time.Time
+	}{
+		{queuey.FireLatest, []time.Time{clocktest.Epoch.Add(time.Hour), clocktest.Epoch.Add(5 * time.Hour), clocktest.Epoch.Add(6 * time.Hour)}},
+		{queuey.FireAll, every(clocktest.Epoch.Add(time.Hour), time.Hour, 6)},
+		{queuey.SkipMissed, []time.Time{clocktest.Epoch.Add(time.Hour), clocktest.Epoch.Add(6 * time.Hour)}},
+	} {
+		t.Run(c.missed.String(), func(t *testing.T) {
+			fb := &faultyBackend{}
+			var r ticked
+			clocktest.Run(t, app, &clocktest.Options{WrapBackend: fb.wrap}, func(t *testing.T, h *clocktest.Harness) {
+				down := false // the job's queue refuses publishes (02:00 to 05:30)
+				fb.refuse = func(m broker.Message) bool { return down && m.Queue == qAlpha }
+				must(t, queuey.Handle(h.Worker, r.handler(h.Clock)))
+				s := hourly
+				s.Missed = c.missed
+				must(t, h.Worker.AddSchedule(s))
+				h.Advance(90 * time.Minute)
+				fb.mu.Lock()
+				down = true
+				fb.mu.Unlock()
+				h.Advance(4 * time.Hour)
+				fb.mu.Lock()
+				down = false
+				fb.mu.Unlock()
+				h.Advance(time.Hour)
+			})
+			if diff := cmp.Diff(c.want, r.times()); diff != "" {
+				t.Errorf("ticks (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -46,17 +46,58 @@ type scheduleActor struct {
 	s *schedule
 }
 
-// Run declares the state queue and the job's queue (a worker need not
+// scheduleBackoff is the first wait before a schedule that could not run
+// (its state queue refused, its consumer lost) runs again; it doubles up
+// to scheduleBackoffMax, and starts again from here after a run that
+// lasted that long.
+const (
+	scheduleBackoff    = time.Second
+	scheduleBackoffMax = time.Minute
+)
+
+// Run runs the schedule until ctx ends. A schedule is an optional part of
+// its worker (ARCHITECTURE.md, "Supervision"): when it cannot run, that
+// is said at ERROR and it is tried again after a backoff of its own, while
+// the worker's queues run on. Only a closed backend ends it with an error.
+func (a *scheduleActor) Run(ctx context.Context) error {
+	wait := scheduleBackoff
+	for {
+		started := a.w.clock.Now()
+		err := a.lead(ctx)
+		if err == nil || ctx.Err() != nil || errors.Is(err, broker.ErrClosed) {
+			return err
+		}
+		if a.w.clock.Since(started) >= scheduleBackoffMax {
+			wait = scheduleBackoff
+		}
+		a.w.log.Error("schedule cannot run; trying again", "schedule", a.s.Name, "error", err, "retry_in", wait)
+		if !sleepOn(ctx, a.w.clock, wait) {
+			return nil
+		}
+		wait = min(2*wait, scheduleBackoffMax)
+	}
+}
+
+// sleepOn waits d on c; false if ctx ended first.
+func sleepOn(ctx context.Context, c clock.Clock, d time.Duration) bool {
+	t := c.Timer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// lead declares the state queue and the job's queue (a worker need not
 // consume it, and publishes to it as a producer would), gives the state
 // queue a first state if it has none, and runs the schedule until ctx
 // ends: a worker that stops gives the lead (and the state it holds) back
 // to the broker.
-func (a *scheduleActor) Run(ctx context.Context) error {
-	// The state queue is of its job's queue's type: on a cluster, a quorum
-	// one outlives the node it was declared on.
-	spec := broker.QueueSpec{Name: a.s.state, Durable: true, Plain: true, SingleActiveConsumer: true, Type: a.s.q.qtype}
-	if err := a.w.backend.Declare(ctx, spec, a.s.q.spec()); err != nil {
-		return fmt.Errorf("schedule %q: declare its state queue and its job's queue: %w", a.s.Name, err)
+func (a *scheduleActor) lead(ctx context.Context) error {
+	if err := a.declare(ctx); err != nil {
+		return err
 	}
 	if err := a.seed(ctx); err != nil {
 		return err
@@ -69,6 +110,17 @@ func (a *scheduleActor) Run(ctx context.Context) error {
 	defer l.stopTimer()
 	defer c.Cancel()
 	return l.run(ctx, c)
+}
+
+// declare declares the schedule's state queue and its job's queue. The
+// state queue is of its job's queue's type: on a cluster, a quorum one
+// outlives the node it was declared on.
+func (a *scheduleActor) declare(ctx context.Context) error {
+	spec := broker.QueueSpec{Name: a.s.state, Durable: true, Plain: true, SingleActiveConsumer: true, Type: a.s.q.qtype}
+	if err := a.w.backend.Declare(ctx, spec, a.s.q.spec()); err != nil {
+		return fmt.Errorf("schedule %q: declare its state queue and its job's queue: %w", a.s.Name, err)
+	}
+	return nil
 }
 
 // seed publishes a first state (nothing fired yet) when the state queue
@@ -96,6 +148,7 @@ type scheduleLoop struct {
 	pending  []time.Time     // ticks due and not yet published
 	recorded bool            // the state after last is published
 	settling bool            // a new leader waiting leadSettle before it fires
+	failing  bool            // the last publish failed: what is pending is held back
 	timer    *clock.Timer
 	timerC   <-chan time.Time
 }
@@ -211,11 +264,56 @@ func (l *scheduleLoop) due(ctx context.Context) {
 			}
 			l.pending = []time.Time{next}
 		}
-		if err := l.publishDue(ctx); err != nil {
+		if l.failing {
+			l.heldBack(now)
+		}
+		err := l.publishDue(ctx)
+		if l.failing = err != nil; l.failing {
 			l.log.Warn("a schedule's publish failed; trying again", "error", err, "in", scheduleRetry)
+			l.declareIfGone(ctx, err)
 			l.arm(scheduleRetry)
 			return
 		}
+	}
+}
+
+// heldBack applies the schedule's missed-tick policy to ticks whose
+// publish keeps failing once newer ones have fallen due behind them:
+// they are missed ticks, as those of a failover are. FireLatest fires the
+// latest due tick alone, FireAll every one (the last MaxCatchUp),
+// SkipMissed none: its next tick to come fires.
+func (l *scheduleLoop) heldBack(now time.Time) {
+	if len(l.pending) == 0 {
+		return
+	}
+	lastHeld := l.pending[len(l.pending)-1]
+	if l.a.s.table.next(lastHeld).After(now) {
+		return // nothing fell due behind them
+	}
+	held := len(l.pending)
+	switch l.a.s.Missed {
+	case FireLatest:
+		l.pending = l.a.s.dueTicks(lastHeld, now)
+	case FireAll:
+		l.pending = append(l.pending, l.a.s.dueTicks(lastHeld, now)...)
+		l.pending = l.pending[max(0, len(l.pending)-MaxCatchUp):]
+	case SkipMissed:
+		l.pending, l.from = nil, now
+	}
+	l.log.Warn("firing ticks held back by failed publishes", "held", held, "ticks", len(l.pending), "policy", l.a.s.Missed.String())
+}
+
+// declareIfGone declares the schedule's queues again when a publish
+// failed because one is gone (deleted behind the worker's back), as a
+// queue actor does its queue: a worker that only leads schedules consumes
+// none of them, so nothing else would.
+func (l *scheduleLoop) declareIfGone(ctx context.Context, err error) {
+	if !errors.Is(err, broker.ErrUnroutable) && !errors.Is(err, broker.ErrNoQueue) {
+		return
+	}
+	l.log.Warn("a queue of the schedule is gone; declaring it again", "queue", l.a.s.q.broker, "state_queue", l.a.s.state)
+	if err := l.a.declare(ctx); err != nil {
+		l.log.Warn("could not declare the schedule's queues again", "error", err)
 	}
 }
 

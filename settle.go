@@ -107,14 +107,15 @@ func (w *Worker) decide(ctx context.Context, q *queueConfig, f jobFacts, policy 
 // deferral holds the job for the delay its handler asked, at the queue's
 // top priority, or dead-letters it if no hold queue can give that delay.
 func (w *Worker) deferral(q *queueConfig, f jobFacts, def *DeferError, pausing bool) settlement {
-	if _, err := broker.HoldTTL(def.Delay, w.set.deferGranularity); err != nil {
+	delay := max(def.Delay, 0) // a Retry-After already past (clocks differ): run again after one step
+	if _, err := broker.HoldTTL(delay, w.set.deferGranularity); err != nil {
 		err = fmt.Errorf("hold for %s: %w", holdDefer, err)
 		f.log.Error("job asked for a deferral no hold queue can give; dead-lettering", "error", err)
 		return deadLetterOf(f, original(f.env), CauseInvalidDeferral, "invalid deferral: "+err.Error(), err)
 	}
 	next, _ := f.env.Deferred(q.maxPriority).Message() // cannot fail for an envelope that just decoded
-	return settlement{action: actHold, msg: next, op: OpDeferral, delay: def.Delay, kind: holdDefer, pausing: pausing, env: f.env, jc: f.jc,
-		out: Outcome{Result: Deferred, Delay: def.Delay, Reason: def.Reason}}
+	return settlement{action: actHold, msg: next, op: OpDeferral, delay: delay, kind: holdDefer, pausing: pausing, env: f.env, jc: f.jc,
+		out: Outcome{Result: Deferred, Delay: delay, Reason: def.Reason}}
 }
 
 // retry holds the job's next attempt for its backoff, or dead-letters it
