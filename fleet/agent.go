@@ -17,10 +17,17 @@ import (
 	"github.com/queuey-go/queuey/broker"
 )
 
-// Worker is what an Agent reads and steers: a *queuey.Worker.
+// Worker is what an Agent reads: a *queuey.Worker.
 type Worker interface {
 	Concurrency() int
 	InFlight(name string) int
+}
+
+// Pauser is a Worker that can pause and resume its queues, which a
+// *queuey.Worker can: the agent carries out the fleet's pause and resume
+// commands on it. On a Worker that is no Pauser they are logged and
+// ignored.
+type Pauser interface {
 	Pause(name string, until time.Time) error
 	Resume(name string) error
 	Paused() map[string]time.Time
@@ -176,14 +183,19 @@ func (s *agentState) obey(ctx context.Context, body []byte) {
 	if !slices.Contains(s.a.opts.Queues, c.Queue) {
 		return
 	}
+	p, ok := s.w.(Pauser)
+	if !ok {
+		s.a.opts.Logger.Error("fleet: this worker cannot pause or resume a queue; the command is ignored", "op", c.Op, "queue", c.Queue)
+		return
+	}
 	var err error
 	switch c.Op {
 	case OpPause:
 		s.ours[c.Queue] = c.Until
-		err = s.w.Pause(c.Queue, c.Until)
+		err = p.Pause(c.Queue, c.Until)
 	case OpResume:
 		delete(s.ours, c.Queue)
-		err = s.w.Resume(c.Queue)
+		err = p.Resume(c.Queue)
 	default:
 		err = errors.New("unknown op")
 	}
