@@ -15,6 +15,7 @@ type queueRow struct {
 	Ready, Unacked, Consumers, Held, Dead, Suspects int // -1: the broker cannot tell
 	Paused                                          []pauseView
 	Rate                                            string // jobs/s now, or "—"
+	Done                                            string // settled by the workers heard, or "—"
 	P50, P99                                        string
 	Points                                          string // the chart's polyline
 	Missing                                         bool   // the broker has no such queue
@@ -70,7 +71,10 @@ func (c *Console) row(name string, snap Snapshot, fv fleetView) queueRow {
 		}
 	}
 	qf := fv.Queues[name]
-	r.Paused, r.Rate, r.P50, r.P99 = qf.Paused, "—", "—", "—"
+	r.Paused, r.Rate, r.P50, r.P99, r.Done = qf.Paused, "—", "—", "—", "—"
+	if fv.Listening {
+		r.Done = fmt.Sprint(qf.Done)
+	}
 	if len(qf.Rates) > 0 {
 		r.Rate = fmt.Sprintf("%.1f", qf.Rates[len(qf.Rates)-1])
 		r.Points = points(qf.Rates)

@@ -68,6 +68,9 @@ type queueFleet struct {
 	Rates    []float64 // jobs/s, oldest first
 	Reported bool
 	P50, P99 time.Duration
+	// Done counts the deliveries the workers heard settled since each
+	// started.
+	Done uint64
 }
 
 // roster keeps what the heartbeats tell. Its state is its run
@@ -209,7 +212,7 @@ func (st *rosterState) view(now time.Time) fleetView {
 				qf.Reported = true
 				qf.P50, qf.P99 = max(qf.P50, time.Duration(q.P50Ms)*time.Millisecond), max(qf.P99, time.Duration(q.P99Ms)*time.Millisecond)
 			}
-			qf.Rates = st.rates[q.Name]
+			qf.Rates, qf.Done = st.rates[q.Name], qf.Done+q.Done
 			v.Queues[q.Name] = qf
 		}
 		for _, s := range w.hb.Schedules {
