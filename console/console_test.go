@@ -82,15 +82,21 @@ func (s *site) post(path string, form url.Values) (int, string) {
 
 var tokenRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
-// token is the CSRF token a page carries.
+// token is the CSRF token the pages carry: the cookie's.
 func (s *site) token() string {
 	s.t.Helper()
 	_, body := s.get("/")
-	m := tokenRE.FindStringSubmatch(body)
-	if m == nil {
-		s.t.Fatal("no CSRF token on the overview")
+	u, _ := url.Parse(s.srv.URL + "/ops/")
+	for _, c := range s.client.Jar.Cookies(u) {
+		if c.Name == "queuey_csrf" {
+			if m := tokenRE.FindStringSubmatch(body); m != nil && m[1] != c.Value {
+				s.t.Fatalf("the page's token %q is not the cookie's %q", m[1], c.Value)
+			}
+			return c.Value
+		}
 	}
-	return m[1]
+	s.t.Fatal("no CSRF cookie")
+	return ""
 }
 
 // deadLetter puts a dead letter of kind on queue name.
@@ -196,3 +202,5 @@ func TestUnknownQueueIsNotFound(t *testing.T) {
 		t.Errorf("dead letters of an unknown queue: %d, want 404", code)
 	}
 }
+
+func (s *site) brokerName(name string) string { return set.BrokerName(name) }

@@ -27,9 +27,6 @@ func filterOf(v url.Values) filter {
 		ID: strings.TrimSpace(v.Get("id")), Correlation: strings.TrimSpace(v.Get("correlation"))}
 }
 
-// empty reports a filter that selects everything.
-func (f filter) empty() bool { return f == filter{} }
-
 // match reports whether d passes f.
 func (f filter) match(d queuey.DeadLetter) bool {
 	return (f.Cause == "" || string(d.Cause) == f.Cause || (f.Cause == "other" && d.Cause == "")) &&
