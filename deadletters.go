@@ -38,9 +38,14 @@ type DeadLetter struct {
 	// ID and Kind are the job's; both are empty for a body that was not an
 	// envelope (Malformed).
 	ID, Kind string
-	// Reason is why it was dead-lettered; Attempts how often it ran.
-	Reason   string
-	Attempts int
+	// Reason is why it was dead-lettered; Attempts how often it ran and
+	// Deferrals how often its handler deferred it.
+	Reason    string
+	Attempts  int
+	Deferrals int
+	// Cause is the kind of failure Reason tells of, read from its words
+	// (CauseOf); empty when the reason is none of the library's.
+	Cause DeadLetterCause
 	// EnqueuedAt is when the job was first enqueued; Age how long ago.
 	EnqueuedAt time.Time
 	Age        time.Duration
@@ -366,16 +371,51 @@ const walkQuiet = 500 * time.Millisecond
 func readDeadLetter(m broker.Message, now time.Time) DeadLetter {
 	d := DeadLetter{Reason: m.Headers[broker.HeaderDeathReason], Body: m.Body, Headers: m.Headers}
 	d.Attempts, _ = strconv.Atoi(m.Headers[broker.HeaderAttempts])
+	d.Cause = CauseOf(d.Reason)
 	env, err := broker.DecodeEnvelope(m.Body)
 	if err != nil {
 		d.Malformed = true
 		return d
 	}
 	d.ID, d.Kind, d.CorrelationID, d.Payload = env.JobID, env.JobType, env.CorrelationID, env.Payload
+	d.Deferrals = int(env.Deferrals)
 	d.EnqueuedAt = env.EnqueuedAt()
 	d.Age = max(0, now.Sub(d.EnqueuedAt))
 	if d.Attempts == 0 {
 		d.Attempts = int(env.Attempt)
 	}
 	return d
+}
+
+// Delete removes the selected dead letters of the queue named name for
+// good, and returns how many it removed. It reads as List does (refused
+// with ErrInUse while another reader holds the queue); the dead letters
+// it does not select go back, in order. Cut short, it has removed some
+// and left the others where they were. Beyond the first ListLimit it
+// reads again as long as it removes some.
+func (dl *DeadLetters) Delete(ctx context.Context, name string, sel func(DeadLetter) bool) (int, error) {
+	if sel == nil {
+		return 0, fmt.Errorf("%w: delete needs a selection (ByID, ByKind or All)", ErrInvalidJob)
+	}
+	deleted := 0
+	one := func(d DeadLetter, del broker.Delivery) (bool, error) {
+		if !sel(d) {
+			return false, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		if err := del.Ack(ctx); err != nil {
+			return false, fmt.Errorf("delete %s: %w", d.ID, err)
+		}
+		deleted++
+		return true, nil
+	}
+	for {
+		before := deleted
+		more, err := dl.walk(ctx, name, one)
+		if err != nil || !more || deleted == before {
+			return deleted, err
+		}
+	}
 }

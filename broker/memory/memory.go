@@ -44,11 +44,12 @@ type Backend struct {
 	held      holdHeap
 	timer     *clock.Timer
 	timerAt   time.Time
-	timerID   uint64         // the armed timer, so a stale callback leaves it alone
-	seq       uint64         // orders messages as they land on a queue
-	tag       uint64         // delivery tags
-	acked     []ackedMessage // a ring of the newest keepAcked acks, once full
-	ackedNext int            // where the next ack goes, once the ring is full
+	timerID   uint64                 // the armed timer, so a stale callback leaves it alone
+	seq       uint64                 // orders messages as they land on a queue
+	tag       uint64                 // delivery tags
+	acked     []ackedMessage         // a ring of the newest keepAcked acks, once full
+	ackedNext int                    // where the next ack goes, once the ring is full
+	listeners map[string][]*listener // by topic (Listen)
 }
 
 var _ broker.Backend = (*Backend)(nil)
@@ -516,6 +517,7 @@ func (b *Backend) Close() error {
 			c.endLocked(broker.ErrClosed)
 		}
 	}
+	b.endListenersLocked()
 	return nil
 }
 

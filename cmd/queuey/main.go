@@ -70,6 +70,7 @@ func main() {
 }
 
 const topUsage = `usage: queuey dead <list|show|replay> [flags]
+       queuey web [-demo] [flags]
 
   queuey dead list   -queue NAME [-prefix P] [-max-priority N] [-transient] [-message-ttl D] [-json]
   queuey dead show   -queue NAME [-prefix P] [-max-priority N] [-transient] [-message-ttl D] -id JOBID
@@ -94,6 +95,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprint(stdout, topUsage)
 		return exitOK
 	case "dead":
+	case "web":
+		return web(ctx, args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "queuey: unknown command %q\n\n%s", args[0], topUsage)
 		return exitUsage

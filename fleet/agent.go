@@ -1,0 +1,214 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/queuey-go/queuey"
+	"github.com/queuey-go/queuey/broker"
+)
+
+// Worker is what an Agent reads: a *queuey.Worker.
+type Worker interface {
+	Concurrency() int
+	InFlight(name string) int
+}
+
+// Pauser is a Worker that can pause and resume its queues, which a
+// *queuey.Worker can: the agent carries out the fleet's pause and resume
+// commands on it. On a Worker that is no Pauser they are logged and
+// ignored.
+type Pauser interface {
+	Pause(name string, until time.Time) error
+	Resume(name string) error
+	Paused() map[string]time.Time
+}
+
+// Options configure an Agent. A nil Options means every default.
+type Options struct {
+	// Queues names the queues the worker consumes (WorkerConfig.Queues).
+	// Default: every queue of the set.
+	Queues []string
+	// Schedules are the schedules the worker was given (AddSchedule), to
+	// report. Default: none.
+	Schedules []queuey.Schedule
+	// Interval is how often the heartbeat goes. Default DefaultInterval.
+	Interval time.Duration
+	// Version is the service's version, to show. Default "".
+	Version string
+	// Clock times the heartbeats. Default: the real clock.
+	Clock clock.Clock
+	// Logger receives the agent's errors. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Agent reports one worker to the fleet and carries out the fleet's
+// commands on it. Create it with NewAgent, put its Hooks in the worker's
+// config, and Run it beside the worker.
+type Agent struct {
+	bc       broker.Broadcaster
+	set      queuey.QueueSet
+	opts     Options
+	id, host string
+	started  time.Time
+	done     map[string]*atomic.Uint64 // by queue name; the map is never written after NewAgent
+	late     chan lateness             // from the hooks to Run, dropped when full
+}
+
+type lateness struct {
+	queue string
+	late  time.Duration
+}
+
+// NewAgent returns an agent for a worker of set on backend, which must be
+// a broker.Broadcaster.
+func NewAgent(backend broker.Backend, set queuey.QueueSet, opts *Options) (*Agent, error) {
+	bc, ok := backend.(broker.Broadcaster)
+	if !ok {
+		return nil, fmt.Errorf("fleet: the %s backend cannot broadcast (it is no broker.Broadcaster)", backend.Name())
+	}
+	a := &Agent{bc: bc, set: set, done: map[string]*atomic.Uint64{}, late: make(chan lateness, 4096)}
+	if opts != nil {
+		a.opts = *opts
+	}
+	if a.opts.Clock == nil {
+		a.opts.Clock = clock.New()
+	}
+	if a.opts.Interval <= 0 {
+		a.opts.Interval = DefaultInterval
+	}
+	if a.opts.Logger == nil {
+		a.opts.Logger = slog.Default()
+	}
+	if len(a.opts.Queues) == 0 {
+		for _, q := range set.Queues {
+			a.opts.Queues = append(a.opts.Queues, q.Name)
+		}
+	}
+	for _, q := range a.opts.Queues {
+		a.done[q] = new(atomic.Uint64)
+	}
+	a.host, _ = os.Hostname()
+	a.started = a.opts.Clock.Now()
+	a.id = fmt.Sprintf("%s/%d/%d", a.host, os.Getpid(), a.started.UnixNano())
+	return a, nil
+}
+
+// ID is how the fleet knows this worker.
+func (a *Agent) ID() string { return a.id }
+
+// Hooks are next (nil: none) with the agent's counting of jobs and their
+// lateness added.
+func (a *Agent) Hooks(next *queuey.Hooks) *queuey.Hooks {
+	h := &queuey.Hooks{}
+	if next != nil {
+		h.Publish = next.Publish
+	}
+	h.Deliver = func(ctx context.Context, d *queuey.DeliveryInfo) (context.Context, func(queuey.Outcome)) {
+		var after func(queuey.Outcome)
+		if next != nil && next.Deliver != nil {
+			ctx, after = next.Deliver(ctx, d)
+		}
+		if !d.DueAt.IsZero() {
+			select {
+			case a.late <- lateness{d.Queue, max(0, d.Started.Sub(d.DueAt))}:
+			default:
+			}
+		}
+		return ctx, func(o queuey.Outcome) {
+			if c := a.done[d.Queue]; c != nil {
+				c.Add(1)
+			}
+			if after != nil {
+				after(o)
+			}
+		}
+	}
+	return h
+}
+
+// Run sends the heartbeats of w and carries out the commands for it until
+// ctx ends.
+func (a *Agent) Run(ctx context.Context, w Worker) error {
+	l, err := a.bc.Listen(ctx, CommandTopic(a.set.Prefix))
+	if err != nil {
+		return fmt.Errorf("fleet: listening for commands: %w", err)
+	}
+	defer l.Close()
+	st := &agentState{a: a, w: w, ours: map[string]time.Time{}, late: map[string][]time.Duration{}}
+	tick := a.opts.Clock.Ticker(a.opts.Interval)
+	defer tick.Stop()
+	st.beat(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m, ok := <-l.Messages():
+			if !ok {
+				return fmt.Errorf("fleet: command listener ended: %w", l.Err())
+			}
+			st.obey(ctx, m)
+		case s := <-a.late:
+			st.late[s.queue] = append(st.late[s.queue], s.late)
+		case <-tick.C:
+			st.beat(ctx)
+		}
+	}
+}
+
+// agentState is what Run's goroutine owns.
+type agentState struct {
+	a    *Agent
+	w    Worker
+	ours map[string]time.Time       // the pauses the fleet asked for, by queue
+	late map[string][]time.Duration // lateness seen since the last heartbeat
+}
+
+// obey carries out one command, and reports at once.
+func (s *agentState) obey(ctx context.Context, body []byte) {
+	var c Command
+	if err := json.Unmarshal(body, &c); err != nil {
+		s.a.opts.Logger.Warn("fleet: a command that does not decode; ignored", "error", err)
+		return
+	}
+	if !slices.Contains(s.a.opts.Queues, c.Queue) {
+		return
+	}
+	p, ok := s.w.(Pauser)
+	if !ok {
+		s.a.opts.Logger.Error("fleet: this worker cannot pause or resume a queue; the command is ignored", "op", c.Op, "queue", c.Queue)
+		return
+	}
+	var err error
+	switch c.Op {
+	case OpPause:
+		s.ours[c.Queue] = c.Until
+		err = p.Pause(c.Queue, c.Until)
+	case OpResume:
+		delete(s.ours, c.Queue)
+		err = p.Resume(c.Queue)
+	default:
+		err = errors.New("unknown op")
+	}
+	if err != nil {
+		s.a.opts.Logger.Error("fleet: a command failed", "op", c.Op, "queue", c.Queue, "error", err)
+	}
+	s.beat(ctx)
+}
+
+// beat sends the heartbeat.
+func (s *agentState) beat(ctx context.Context) {
+	body, _ := json.Marshal(s.heartbeat()) // plain data
+	if err := s.a.bc.Broadcast(ctx, HeartbeatTopic(s.a.set.Prefix), body); err != nil && ctx.Err() == nil {
+		s.a.opts.Logger.Warn("fleet: sending the heartbeat", "error", err)
+	}
+}
