@@ -371,7 +371,10 @@ const walkQuiet = 500 * time.Millisecond
 func readDeadLetter(m broker.Message, now time.Time) DeadLetter {
 	d := DeadLetter{Reason: m.Headers[broker.HeaderDeathReason], Body: m.Body, Headers: m.Headers}
 	d.Attempts, _ = strconv.Atoi(m.Headers[broker.HeaderAttempts])
-	d.Cause = CauseOf(d.Reason)
+	d.Cause = DeadLetterCause(m.Headers[headerDeadLetterCause])
+	if d.Cause == "" {
+		d.Cause = CauseOf(d.Reason) // a dead letter of an earlier version, or of the Rust crate
+	}
 	env, err := broker.DecodeEnvelope(m.Body)
 	if err != nil {
 		d.Malformed = true

@@ -49,8 +49,11 @@ func TestDeadLettersCanBeListedShownAndReplayed(t *testing.T) {
 			got.CorrelationID != "c-a" || !strings.Contains(got.Reason, "a: upstream said no") || !strings.Contains(string(got.Payload), `"a"`) {
 			t.Errorf("a's dead letter: %+v", got)
 		}
+		if got := list[ia]; got.Cause != queuey.CauseFatal || got.Headers["x-queuey-dead-letter-cause"] != "fatal" {
+			t.Errorf("a's dead letter: cause %q, header %q, want fatal in both", got.Cause, got.Headers["x-queuey-dead-letter-cause"])
+		}
 		im := slices.IndexFunc(list, func(d queuey.DeadLetter) bool { return d.Malformed })
-		if im < 0 || string(list[im].Body) != "not json" {
+		if im < 0 || string(list[im].Body) != "not json" || list[im].Cause != queuey.CauseMalformed {
 			t.Errorf("the malformed dead letter: %+v", list)
 		}
 		if len(h.Backend.DeadLetters(qBeta)) != 4 {

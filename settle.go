@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -348,6 +349,13 @@ func (w *Worker) deadLetter(s *settlement) error {
 		w.guardHook("OnDeadLetter", func() { w.onDeadLetter(s.ctx, ev) })
 	}
 	msg := s.msg
+	if s.out.Cause != "" {
+		msg.Headers = maps.Clone(msg.Headers)
+		if msg.Headers == nil {
+			msg.Headers = make(map[string]string, 1)
+		}
+		msg.Headers[headerDeadLetterCause] = string(s.out.Cause)
+	}
 	done := w.publishHook(s.ctx, &msg, publishIntent{op: OpDeadLetter, reason: s.reason})
 	err := w.backend.DeadLetter(s.ctx, broker.DeadLetter{Message: msg, Reason: s.reason})
 	done(err)

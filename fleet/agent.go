@@ -17,19 +17,13 @@ import (
 	"github.com/queuey-go/queuey/broker"
 )
 
-// Worker is what an Agent reads: a *queuey.Worker.
+// Worker is what an Agent reads and steers: a *queuey.Worker (an
+// interface so that a test can stand in for one).
 type Worker interface {
 	Concurrency() int
 	InFlight(name string) int
-}
-
-// Pauser is a Worker that can pause and resume its queues, which a
-// *queuey.Worker can: the agent carries out the fleet's pause and resume
-// commands on it. On a Worker that is no Pauser they are logged and
-// ignored.
-type Pauser interface {
-	Pause(name string, until time.Time) error
-	Resume(name string) error
+	Pause(ctx context.Context, name string, until time.Time) error
+	Resume(ctx context.Context, name string) error
 	Paused() map[string]time.Time
 }
 
@@ -183,19 +177,14 @@ func (s *agentState) obey(ctx context.Context, body []byte) {
 	if !slices.Contains(s.a.opts.Queues, c.Queue) {
 		return
 	}
-	p, ok := s.w.(Pauser)
-	if !ok {
-		s.a.opts.Logger.Error("fleet: this worker cannot pause or resume a queue; the command is ignored", "op", c.Op, "queue", c.Queue)
-		return
-	}
 	var err error
 	switch c.Op {
 	case OpPause:
 		s.ours[c.Queue] = c.Until
-		err = p.Pause(c.Queue, c.Until)
+		err = s.w.Pause(ctx, c.Queue, c.Until)
 	case OpResume:
 		delete(s.ours, c.Queue)
-		err = p.Resume(c.Queue)
+		err = s.w.Resume(ctx, c.Queue)
 	default:
 		err = errors.New("unknown op")
 	}

@@ -10,10 +10,7 @@ func (s *agentState) heartbeat() Heartbeat {
 	a := s.a
 	h := Heartbeat{ID: a.id, Host: a.host, PID: pid(), Version: a.opts.Version, Started: a.started, Sent: a.opts.Clock.Now(),
 		IntervalMs: a.opts.Interval.Milliseconds(), Concurrency: s.w.Concurrency()}
-	var paused map[string]time.Time
-	if p, ok := s.w.(Pauser); ok {
-		paused = p.Paused()
-	}
+	paused := s.w.Paused()
 	for _, q := range a.opts.Queues {
 		r := QueueReport{Name: q, InFlight: s.w.InFlight(q), Done: a.done[q].Load()}
 		if until, ok := paused[q]; ok {
