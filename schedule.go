@@ -110,11 +110,11 @@ func (w *Worker) AddSchedule(s Schedule) error {
 		return fmt.Errorf("%w: add schedule %q before Run", ErrWorkerStarted, s.Name)
 	}
 	for _, o := range w.schedules {
-		if o.Name == s.Name {
+		if o.s.Name == s.Name {
 			return fmt.Errorf("%w: schedule %q was added before", ErrInvalidSchedule, s.Name)
 		}
 	}
-	w.schedules = append(w.schedules, rs)
+	w.schedules = append(w.schedules, &scheduleActor{w: w, s: rs})
 	return nil
 }
 

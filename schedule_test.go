@@ -885,3 +885,40 @@ func TestTicksHeldBackByFailedPublishesFollowTheMissedTickPolicy(t *testing.T) {
 		})
 	}
 }
+
+// Worker.Schedules says whether the worker leads each schedule, its last
+// tick and, for the leader, the next; after a handover the other worker
+// says so.
+func TestWorkerSchedulesSaysWhoLeadsAndTheTicks(t *testing.T) {
+	var r ticked
+	clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+		must(t, queuey.Handle(h.Worker, r.handler(h.Clock)))
+		must(t, h.Worker.AddSchedule(hourly))
+		if got := h.Worker.Schedules(); len(got) != 1 || got[0].Name != "hourly" || got[0].Leading {
+			t.Fatalf("Schedules() before Run = %+v, want hourly, not leading", got)
+		}
+		h.Advance(90 * time.Minute)
+		w2, err := queuey.NewWorker(h.Backend, app, &queuey.WorkerConfig{Clock: h.Clock, Concurrency: 1, Logger: slog.New(slog.DiscardHandler)})
+		must(t, err)
+		must(t, queuey.Handle(w2, r.handler(h.Clock)))
+		must(t, w2.AddSchedule(hourly))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w2.Run(ctx) }()
+		h.Idle()
+		want := queuey.ScheduleStatus{Name: "hourly", Leading: true, LastTick: clocktest.Epoch.Add(time.Hour), NextTick: clocktest.Epoch.Add(2 * time.Hour)}
+		if diff := cmp.Diff([]queuey.ScheduleStatus{want}, h.Worker.Schedules()); diff != "" {
+			t.Errorf("the leader's Schedules() (-want +got):\n%s", diff)
+		}
+		if got := w2.Schedules(); len(got) != 1 || got[0].Leading {
+			t.Errorf("the candidate's Schedules() = %+v, want not leading", got)
+		}
+		must(t, h.Stop())
+		h.Advance(time.Hour)
+		if got := w2.Schedules(); len(got) != 1 || !got[0].Leading || !got[0].LastTick.Equal(clocktest.Epoch.Add(2*time.Hour)) {
+			t.Errorf("after the handover, the new leader's Schedules() = %+v, want leading, last tick 02:00", got)
+		}
+		cancel()
+		must(t, <-done)
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -42,8 +43,49 @@ const leadSettle = time.Second
 // scheduleActor runs one schedule in one worker: a candidate, or the
 // leader.
 type scheduleActor struct {
-	w *Worker
-	s *schedule
+	w      *Worker
+	s      *schedule
+	gauges scheduleGauges
+}
+
+// scheduleGauges is what a schedule actor shows of its state outside, for
+// Worker.Schedules: written by the actor only, never read back by it.
+type scheduleGauges struct {
+	leading  atomic.Bool
+	lastTick atomic.Int64 // Unix milliseconds of the last tick fired or read; 0: none
+	nextTick atomic.Int64 // Unix milliseconds of the tick it waits for while it leads; 0: none
+}
+
+// ScheduleStatus is one schedule as this worker sees it (Worker.Schedules).
+type ScheduleStatus struct {
+	// Name is the schedule's name.
+	Name string
+	// Leading says this worker leads the schedule: it fires its ticks.
+	Leading bool
+	// LastTick is the last tick fired as far as this worker knows: the one
+	// it fired last, or the one the state it was handed records. Zero
+	// when it knows of none.
+	LastTick time.Time
+	// NextTick is the tick the leader waits for; zero when not leading.
+	NextTick time.Time
+}
+
+// Schedules reports each schedule added to the worker (AddSchedule), in
+// the order added: whether this worker leads it, and its ticks as far as
+// it knows. It is safe to call at any time.
+func (w *Worker) Schedules() []ScheduleStatus {
+	out := make([]ScheduleStatus, 0, len(w.schedules))
+	for _, a := range w.schedules {
+		st := ScheduleStatus{Name: a.s.Name, Leading: a.gauges.leading.Load()}
+		if ms := a.gauges.lastTick.Load(); ms != 0 {
+			st.LastTick = time.UnixMilli(ms).UTC()
+		}
+		if ms := a.gauges.nextTick.Load(); ms != 0 && st.Leading {
+			st.NextTick = time.UnixMilli(ms).UTC()
+		}
+		out = append(out, st)
+	}
+	return out
 }
 
 // scheduleBackoff is the first wait before a schedule that could not run
@@ -107,6 +149,7 @@ func (a *scheduleActor) lead(ctx context.Context) error {
 		return fmt.Errorf("schedule %q: consume its state queue: %w", a.s.Name, err)
 	}
 	l := &scheduleLoop{a: a, log: a.w.log.With("schedule", a.s.Name)}
+	defer a.gauges.leading.Store(false)
 	defer l.stopTimer()
 	defer c.Cancel()
 	return l.run(ctx, c)
@@ -216,8 +259,10 @@ func (l *scheduleLoop) take(ctx context.Context, d broker.Delivery) error {
 		}
 	}
 	l.held, l.heldTick = d, tick
+	l.a.gauges.leading.Store(true)
 	if tick.After(l.last) {
 		l.last, l.recorded = tick, true
+		l.a.gauges.lastTick.Store(tick.UnixMilli())
 		l.pending = l.a.s.dueTicks(tick, l.a.w.clock.Now())
 		if n := len(l.pending); n > 0 {
 			// The policy's name as text: a JSON handler would write the
@@ -259,6 +304,7 @@ func (l *scheduleLoop) due(ctx context.Context) {
 				return
 			}
 			if next.After(now) {
+				l.a.gauges.nextTick.Store(next.UnixMilli())
 				l.arm(next.Sub(now))
 				return
 			}
@@ -337,6 +383,7 @@ func (l *scheduleLoop) publishDue(ctx context.Context) error {
 		}
 		l.pending = l.pending[1:]
 		l.last, l.recorded = tick, false
+		l.a.gauges.lastTick.Store(tick.UnixMilli())
 		if err := l.record(ctx); err != nil {
 			return err
 		}

@@ -117,7 +117,7 @@ type Worker struct {
 	backend         broker.Backend
 	set             *queueSet
 	queues          []*queueConfig
-	schedules       []*schedule // AddSchedule's, before Run
+	schedules       []*scheduleActor // AddSchedule's, before Run
 	concurrency     int
 	jobTimeout      time.Duration
 	shutdownTimeout time.Duration
@@ -381,9 +381,8 @@ func (w *Worker) supervisor(ctx context.Context, fail context.CancelCauseFunc, t
 		a.pool, a.fail, a.stopping = tasks, fail, ctx
 		children = append(children, supervisor.Child{Name: "queue:" + q.broker, Run: a.Run, Restart: supervisor.Permanent})
 	}
-	for _, s := range w.schedules {
-		a := &scheduleActor{w: w, s: s}
-		children = append(children, supervisor.Child{Name: "schedule:" + s.Name, Run: a.Run, Restart: supervisor.Permanent})
+	for _, a := range w.schedules {
+		children = append(children, supervisor.Child{Name: "schedule:" + a.s.Name, Run: a.Run, Restart: supervisor.Permanent})
 	}
 	// A queue actor gives its handlers 2×ShutdownTimeout, and with
 	// PoisonAfter giveBackTimeout more (waitOut); this is a backstop.
