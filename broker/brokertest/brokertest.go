@@ -184,29 +184,43 @@ func Run(t *testing.T, cfg Config) {
 		t.Fatal("brokertest: Config.New is required")
 	}
 	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { runOne(t, cfg, tc.run) })
+	}
+	for _, tc := range keyTests {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel() // each test has a backend and queues of its own
-			body := func(t *testing.T) {
-				e := &env{t: t, b: cfg.New(t), prefix: "qt." + randomHex(), slack: cfg.Slack, qtype: cfg.Type}
-				if e.slack == 0 {
-					e.slack = 2 * time.Second
+			runOne(t, cfg, func(e *env) {
+				k, ok := e.b.(broker.KeyLocker)
+				if !ok {
+					t.Fatalf("%T keeps no uniqueness keys: unique jobs need a broker.KeyLocker", e.b)
 				}
-				t.Cleanup(func() {
-					if err := e.b.Close(); err != nil {
-						t.Errorf("close: %v", err)
-					}
-					if cfg.Cleanup != nil {
-						cfg.Cleanup(t, e.created)
-					}
-				})
-				tc.run(e)
+				tc.run(e, k)
+			})
+		})
+	}
+}
+
+// runOne runs one test of the suite on a fresh backend.
+func runOne(t *testing.T, cfg Config, run func(e *env)) {
+	t.Parallel() // each test has a backend and queues of its own
+	body := func(t *testing.T) {
+		e := &env{t: t, b: cfg.New(t), prefix: "qt." + randomHex(), slack: cfg.Slack, qtype: cfg.Type}
+		if e.slack == 0 {
+			e.slack = 2 * time.Second
+		}
+		t.Cleanup(func() {
+			if err := e.b.Close(); err != nil {
+				t.Errorf("close: %v", err)
 			}
-			if cfg.Bubble {
-				synctest.Test(t, body)
-			} else {
-				body(t)
+			if cfg.Cleanup != nil {
+				cfg.Cleanup(t, e.created)
 			}
 		})
+		run(e)
+	}
+	if cfg.Bubble {
+		synctest.Test(t, body)
+	} else {
+		body(t)
 	}
 }
 

@@ -50,6 +50,8 @@ type Backend struct {
 	acked     []ackedMessage         // a ring of the newest keepAcked acks, once full
 	ackedNext int                    // where the next ack goes, once the ring is full
 	listeners map[string][]*listener // by topic (Listen)
+	keys      map[string]heldKey     // uniqueness keys held (keys.go)
+	keysSwept int                    // live keys at the last sweep
 }
 
 var _ broker.Backend = (*Backend)(nil)
