@@ -137,7 +137,10 @@ var ErrNotFound = errors.New("queuey: not found")
 // is finished, publish and removal, whatever ctx does (replayOneTimeout at
 // most): cut between the two, it would be in both queues. Beyond the
 // 65,535 a read takes at once (ListLimit), it reads again as long as it
-// replays some. It returns how many were replayed.
+// replays some. A unique job's replay takes its uniqueness key again;
+// one whose key a newer job holds stays in the dead letters, and the
+// error (a *DuplicateError each, joined) names that job, while the others
+// are replayed. It returns how many were replayed.
 func (dl *DeadLetters) Replay(ctx context.Context, name string, opts ReplayOptions) (int, error) {
 	q, err := dl.replayQueue(name, opts)
 	if err != nil {
@@ -153,7 +156,7 @@ func (dl *DeadLetters) Replay(ctx context.Context, name string, opts ReplayOptio
 		before := r.replayed
 		more, err := dl.walk(ctx, name, one)
 		if err != nil || !more || r.replayed == before {
-			return r.replayed, err
+			return r.replayed, errors.Join(append(r.duplicates, err)...)
 		}
 	}
 }
@@ -181,6 +184,9 @@ type replay struct {
 	opts     ReplayOptions
 	total    int // the dead letters when it began, for Progress
 	replayed int
+	// duplicates are the unique jobs left in the dead letters because a
+	// newer job holds their key (each a *DuplicateError).
+	duplicates []error
 }
 
 // one replays d, when it is selected, and removes it from the dead
@@ -195,7 +201,10 @@ func (r *replay) one(ctx context.Context, d DeadLetter, del broker.Delivery) (bo
 	}
 	ctx, cancel := r.dl.clock.WithTimeout(context.WithoutCancel(ctx), replayOneTimeout)
 	defer cancel()
-	if err := r.republish(ctx, d); err != nil {
+	if err := r.republish(ctx, d); errors.Is(err, ErrDuplicate) {
+		r.duplicates = append(r.duplicates, fmt.Errorf("replay %s: %w", d.ID, err))
+		return false, nil // left in the dead letters; the others go on
+	} else if err != nil {
 		return false, fmt.Errorf("replay %s: %w", d.ID, err)
 	}
 	if err := del.Ack(ctx); err != nil {

@@ -92,31 +92,39 @@ func NewUndeclaredProducer(backend broker.Backend, set QueueSet, cfg *ProducerCo
 	return p, nil
 }
 
-// EnqueueOption adjusts one enqueue.
-type EnqueueOption func(*broker.Envelope)
+// EnqueueOption adjusts one enqueue: WithCorrelationID, Unique,
+// UniqueKey.
+type EnqueueOption func(*enqueueOptions)
+
+// enqueueOptions is what an enqueue's options ask for.
+type enqueueOptions struct {
+	correlationID string
+	unique        *uniqueness // Unique, UniqueKey
+}
 
 // WithCorrelationID sets the job's correlation id: carried unchanged
 // through every retry and deferral, shown to handlers as
 // JobContext.CorrelationID and to hooks (traces).
 func WithCorrelationID(id string) EnqueueOption {
-	return func(e *broker.Envelope) { e.CorrelationID = id }
+	return func(o *enqueueOptions) { o.correlationID = id }
 }
 
 // Enqueue publishes job to run as soon as a worker takes it, behind the
 // backlog. It returns the job id once the broker has confirmed the publish.
 func (p *Producer) Enqueue(ctx context.Context, job Job, opts ...EnqueueOption) (string, error) {
-	env, _, err := p.envelope(job, opts)
+	env, _, headers, err := p.envelope(job, opts)
 	if err != nil {
 		return "", err
 	}
-	if err := p.publish(ctx, env, false, nil); err != nil {
+	if err := p.publish(ctx, env, false, headers); err != nil {
 		return "", err
 	}
 	return env.JobID, nil
 }
 
 // publish puts env on its queue now, confirmed, with headers (a replayed
-// job's own; nil for a new one). A job is due when it is enqueued
+// job's own; a unique job's key; else nil), holding the job's uniqueness
+// key first if it has one (withKey). A job is due when it is enqueued
 // (broker.Message.DueAt); a publish that is not its job's enqueue (a
 // replay) stamps the time of the publish as the due time.
 func (p *Producer) publish(ctx context.Context, env broker.Envelope, stampNow bool, headers map[string]string) error {
@@ -128,9 +136,15 @@ func (p *Producer) publish(ctx context.Context, env broker.Envelope, stampNow bo
 	if stampNow {
 		stampDue(&msg, p.clock.Now())
 	}
-	done := p.hooks.beforePublish(ctx, p.backend.Name(), p.set, &msg, publishIntent{op: OpEnqueue})
-	err = p.backend.Publish(ctx, msg)
-	done(err)
+	err = p.withKey(ctx, env, headers, func() error {
+		done := p.hooks.beforePublish(ctx, p.backend.Name(), p.set, &msg, publishIntent{op: OpEnqueue})
+		err := p.backend.Publish(ctx, msg)
+		done(err)
+		return err
+	})
+	if errors.Is(err, ErrDuplicate) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("enqueue %s on %q: %w", env.JobType, env.Queue, err)
 	}
@@ -179,7 +193,7 @@ func (p *Producer) publishBatch(ctx context.Context, bp broker.BatchPublisher, j
 	index := make([]int, 0, len(jobs)) // msgs[k] is jobs[index[k]]
 	dones := make([]func(error), 0, len(jobs))
 	for i, job := range jobs {
-		env, _, err := p.envelope(job, nil)
+		env, _, _, err := p.envelope(job, nil)
 		var msg broker.Message
 		if err == nil {
 			msg, err = p.message(env)
@@ -220,11 +234,11 @@ func (p *Producer) publishBatch(ctx context.Context, bp broker.BatchPublisher, j
 // broker.LongestHold) is refused with ErrDelayTooLong; nothing is
 // published.
 func (p *Producer) EnqueueAfter(ctx context.Context, job Job, d time.Duration, opts ...EnqueueOption) (string, error) {
-	env, _, err := p.envelope(job, opts)
+	env, _, headers, err := p.envelope(job, opts)
 	if err != nil {
 		return "", err
 	}
-	return p.hold(ctx, env, d, holdOp{kind: holdDelay, op: OpEnqueueAfter}, nil)
+	return p.hold(ctx, env, d, holdOp{kind: holdDelay, op: OpEnqueueAfter}, headers)
 }
 
 // Defer publishes job to wait d (rounded up to the queue set's
@@ -232,12 +246,12 @@ func (p *Producer) EnqueueAfter(ctx context.Context, job Job, d time.Duration, o
 // queue's top priority. The job starts with attempt 1 and no deferrals: the
 // producer scheduled it, the handler never deferred it.
 func (p *Producer) Defer(ctx context.Context, job Job, d time.Duration, opts ...EnqueueOption) (string, error) {
-	env, q, err := p.envelope(job, opts)
+	env, q, headers, err := p.envelope(job, opts)
 	if err != nil {
 		return "", err
 	}
 	env.Priority = q.maxPriority
-	return p.hold(ctx, env, d, holdOp{kind: holdDefer, op: OpDefer}, nil)
+	return p.hold(ctx, env, d, holdOp{kind: holdDefer, op: OpDefer}, headers)
 }
 
 // holdOp is why a producer holds a job: the kind of hold, which picks
@@ -249,58 +263,78 @@ type holdOp struct {
 }
 
 // hold publishes env, with headers, to wait d in a hold queue of why's
-// kind, and returns its job id.
+// kind, holding its uniqueness key first if it has one (withKey), and
+// returns its job id.
 func (p *Producer) hold(ctx context.Context, env broker.Envelope, d time.Duration, why holdOp, headers map[string]string) (string, error) {
 	msg, err := p.message(env)
 	if err != nil {
 		return "", err
 	}
 	msg.Headers = headers
-	done := p.hooks.beforePublish(ctx, p.backend.Name(), p.set, &msg, publishIntent{op: why.op, delay: d})
-	err = p.holder.hold(ctx, msg, d, why.kind)
-	done(err)
+	err = p.withKey(ctx, env, headers, func() error {
+		done := p.hooks.beforePublish(ctx, p.backend.Name(), p.set, &msg, publishIntent{op: why.op, delay: d})
+		err := p.holder.hold(ctx, msg, d, why.kind)
+		done(err)
+		return err
+	})
+	if errors.Is(err, ErrDuplicate) {
+		return "", err
+	}
 	if err != nil {
 		return "", fmt.Errorf("%s %s on %q: %w", why.kind, env.JobType, env.Queue, err)
 	}
 	return env.JobID, nil
 }
 
-func (p *Producer) envelope(job Job, opts []EnqueueOption) (broker.Envelope, *queueConfig, error) {
+// envelope is job's first envelope, its queue, and the headers its
+// options ask for (a unique job's; nil for most).
+func (p *Producer) envelope(job Job, opts []EnqueueOption) (broker.Envelope, *queueConfig, map[string]string, error) {
 	if err := checkJob(job); err != nil {
-		return broker.Envelope{}, nil, err
+		return broker.Envelope{}, nil, nil, err
 	}
 	q, err := p.set.forJob(job)
 	if err != nil {
-		return broker.Envelope{}, nil, err
+		return broker.Envelope{}, nil, nil, err
 	}
 	payload, err := json.Marshal(job)
 	if err != nil {
-		return broker.Envelope{}, nil, fmt.Errorf("%w: encode %s: %v", ErrInvalidJob, job.Kind(), err)
+		return broker.Envelope{}, nil, nil, fmt.Errorf("%w: encode %s: %v", ErrInvalidJob, job.Kind(), err)
 	}
 	if len(payload) > p.maxBytes {
 		// Refused before the envelope copies it: a job of hundreds of
 		// megabytes costs its encoding, not three more passes over it.
-		return broker.Envelope{}, nil, fmt.Errorf("%w: job %s's payload alone is %d bytes, over the limit of %d",
+		return broker.Envelope{}, nil, nil, fmt.Errorf("%w: job %s's payload alone is %d bytes, over the limit of %d",
 			ErrMessageTooLarge, job.Kind(), len(payload), p.maxBytes)
 	}
 	env := broker.NewEnvelope(job.Kind(), q.broker, payload, p.clock.Now())
-	if len(opts) > 0 {
-		env = withOptions(env, opts)
+	if len(opts) == 0 {
+		return env, q, nil, nil
 	}
-	if !utf8.ValidString(env.CorrelationID) || len(env.CorrelationID) > 255 {
-		return broker.Envelope{}, nil, fmt.Errorf("%w: correlation id %.40q... must be valid UTF-8 of at most 255 bytes (an AMQP short string), not %d",
-			ErrInvalidJob, env.CorrelationID, len(env.CorrelationID))
+	env, headers, err := withOptions(env, opts)
+	if err != nil {
+		return broker.Envelope{}, nil, nil, err
 	}
-	return env, q, nil
+	return env, q, headers, nil
 }
 
-// withOptions returns env as opts change it. It is apart so that only a
-// job enqueued with options pays for the envelope escaping to the heap.
-func withOptions(env broker.Envelope, opts []EnqueueOption) broker.Envelope {
-	for _, o := range opts {
-		o(&env)
+// withOptions returns env as opts change it, and the headers they ask
+// for. It is apart so that only a job enqueued with options pays for
+// what they cost.
+func withOptions(env broker.Envelope, opts []EnqueueOption) (broker.Envelope, map[string]string, error) {
+	var o enqueueOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
-	return env
+	env.CorrelationID = o.correlationID
+	if !utf8.ValidString(env.CorrelationID) || len(env.CorrelationID) > 255 {
+		return env, nil, fmt.Errorf("%w: correlation id %.40q... must be valid UTF-8 of at most 255 bytes (an AMQP short string), not %d",
+			ErrInvalidJob, env.CorrelationID, len(env.CorrelationID))
+	}
+	if o.unique == nil {
+		return env, nil, nil
+	}
+	headers, err := o.unique.headers(env)
+	return env, headers, err
 }
 
 func (p *Producer) message(env broker.Envelope) (broker.Message, error) {

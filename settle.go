@@ -232,13 +232,15 @@ func original(env broker.Envelope) broker.Message {
 
 // carriedHeaders are the headers of a delivery that the job's next
 // publish (a retry, a deferral, a dead letter, a replay) carries: those of
-// whoever published it (a tenant, a trace context), not the ones this
-// library writes afresh at every publish (x-queuey-*, a dead letter's
-// reason, queue and attempts). Nil when none is left.
+// whoever published it (a tenant, a trace context) and a unique job's key
+// and window, not the ones this library writes afresh at every publish
+// (the other x-queuey-*, a dead letter's reason, queue and attempts). Nil
+// when none is left.
 func carriedHeaders(delivered map[string]string) map[string]string {
 	var out map[string]string
 	for k, v := range delivered {
 		switch {
+		case k == headerUniqueKey, k == headerUniqueWindow:
 		case strings.HasPrefix(k, "x-queuey-"), k == broker.HeaderDeathReason, k == broker.HeaderOriginalQueue, k == broker.HeaderAttempts:
 			continue
 		}
@@ -389,6 +391,7 @@ func (w *Worker) settled(s *settlement) {
 		return
 	}
 	s.logSettled(w)
+	w.releaseKey(s) // a unique job that succeeded or was dead-lettered lets its key go
 	s.finishWith(s.out)
 }
 
