@@ -1,6 +1,7 @@
 package rabbitmq_test
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -10,7 +11,12 @@ import (
 	"github.com/queuey-go/queuey/broker/rabbitmq/rabbittest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if prefix := os.Getenv(childEnv); prefix != "" {
+		os.Exit(runUniqueChild(prefix)) // a worker process of keys_test.go
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func TestConformance(t *testing.T) {
 	t.Parallel()

@@ -1,0 +1,229 @@
+package rabbitmq_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/queuey-go/queuey"
+	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/broker/rabbitmq"
+	"github.com/queuey-go/queuey/broker/rabbitmq/rabbittest"
+)
+
+// Sixteen producers on two connections race 1,000 unique enqueues over
+// ten keys; then a worker runs what was enqueued: exactly ten jobs, and
+// each success lets its key go.
+func TestUniqueJobsRacingProducersEnqueueOnePerKeyOnRabbitMQ(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 4}, nil)
+	other := rabbittest.Dial(t, nil)
+	t.Cleanup(func() { _ = other.Close() })
+	set := queuey.QueueSet{Prefix: r.prefix, Queues: []queuey.Queue{{Name: "work", Prefetch: 4}}}
+	second, err := queuey.NewProducer(t.Context(), other, set, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const producers, enqueues, keys = 16, 1000, 10
+	var mu sync.Mutex
+	enqueued := map[string]string{}
+	refused := 0
+	var wg sync.WaitGroup
+	for p := range producers {
+		producer := r.producer
+		if p%2 == 1 {
+			producer = second
+		}
+		wg.Go(func() {
+			for i := p; i < enqueues; i += producers {
+				key := fmt.Sprintf("key-%d", i%keys)
+				id, err := producer.Enqueue(t.Context(), job{Name: key}, queuey.UniqueKey(key, time.Minute))
+				mu.Lock()
+				switch dup, _ := errors.AsType[*queuey.DuplicateError](err); {
+				case dup != nil && dup.JobID != "" && dup.JobID != enqueued[key] && enqueued[key] != "":
+					t.Errorf("a refusal of %s named %s, not its live job %s", key, dup.JobID, enqueued[key])
+				case dup != nil:
+					refused++
+				case err != nil:
+					t.Errorf("enqueue %d: %v", i, err)
+				case enqueued[key] != "":
+					t.Errorf("%s enqueued twice: %s and %s", key, enqueued[key], id)
+				default:
+					enqueued[key] = id
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(enqueued) != keys || refused != enqueues-keys {
+		t.Fatalf("%d enqueued, %d refused; want %d and %d", len(enqueued), refused, keys, enqueues-keys)
+	}
+	r.start(keys)
+	r.wait(20 * time.Second)
+	for key := range enqueued {
+		waitEnqueued(t, r.producer, job{Name: key}, queuey.UniqueKey(key, time.Minute))
+	}
+	if runs := len(r.wait(time.Second)); runs < keys {
+		t.Fatalf("%d runs, want %d", runs, keys)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if got := distinct(r.runs); got > 2*keys {
+		t.Errorf("%d distinct jobs ran, want the %d raced and at most the %d enqueued after", got, keys, keys)
+	}
+}
+
+// waitEnqueued enqueues j with opts, again while its key is still held
+// (its release follows its job's ack), up to a deadline, and returns its
+// id.
+func waitEnqueued(t *testing.T, p *queuey.Producer, j job, opts ...queuey.EnqueueOption) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		id, err := p.Enqueue(t.Context(), j, opts...)
+		if !errors.Is(err, queuey.ErrDuplicate) || time.Now().After(deadline) {
+			if err != nil {
+				t.Fatalf("enqueue %s: %v", j.Name, err)
+			}
+			return id
+		}
+		<-time.After(20 * time.Millisecond)
+	}
+}
+
+// A dead-lettered unique job lets its key go; its replay is refused while
+// a newer job holds the key, and taken once that one is done.
+func TestUniqueKeyOnRabbitMQIsLetGoByADeadLetterAndTakenByItsReplay(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 1}, nil)
+	key := queuey.UniqueKey("report-7", time.Minute)
+	dead, err := r.producer.Enqueue(t.Context(), job{Name: "broken", Fatal: true}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.start(2)
+	// newer waits 2 s in a hold, live all the while.
+	var newer string
+	for deadline := time.Now().Add(10 * time.Second); newer == ""; {
+		newer, err = r.producer.EnqueueAfter(t.Context(), job{Name: "newer"}, 2*time.Second, key)
+		if err != nil && (!errors.Is(err, queuey.ErrDuplicate) || time.Now().After(deadline)) {
+			t.Fatalf("enqueue once the dead letter is in: %v", err)
+		}
+	}
+	set := queuey.QueueSet{Prefix: r.prefix, Queues: []queuey.Queue{{Name: "work", Prefetch: 1}}}
+	dl, err := queuey.NewDeadLetters(t.Context(), r.backend, set, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := dl.Replay(t.Context(), "work", queuey.ReplayOptions{Select: queuey.ByID(dead)})
+	if dup, _ := errors.AsType[*queuey.DuplicateError](err); n != 0 || dup == nil || dup.JobID != newer {
+		t.Fatalf("replay while %s is live: %d, %v; want a refusal naming it", newer, n, err)
+	}
+	r.wait(10 * time.Second) // the dead one and newer
+	deadline := time.Now().Add(10 * time.Second)
+	for n == 0 { // replayed to wait 2 s, live meanwhile
+		n, err = dl.Replay(t.Context(), "work", queuey.ReplayOptions{Select: queuey.ByID(dead), After: 2 * time.Second})
+		if err != nil && !errors.Is(err, queuey.ErrDuplicate) || time.Now().After(deadline) {
+			t.Fatalf("replay once %s is done: %d, %v", newer, n, err)
+		}
+	}
+	_, err = r.producer.Enqueue(t.Context(), job{Name: "third"}, key)
+	if dup, _ := errors.AsType[*queuey.DuplicateError](err); dup == nil || dup.JobID != dead {
+		t.Fatalf("enqueue after the replay: %v; want a refusal naming the replayed %s", err, dead)
+	}
+}
+
+// childEnv marks the test binary run as the worker process of
+// TestUniqueJobOfAKilledWorker.
+const childEnv = "QUEUEY_UNIQUE_CHILD_PREFIX"
+
+// A worker process killed (SIGKILL) while it runs a unique job: the job
+// comes back and runs again, its key held all along, and the key is let
+// go once it is done.
+func TestUniqueJobOfAKilledWorkerStaysUniqueAndIsLetGoOnceDone(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 1}, nil)
+	key := queuey.UniqueKey("nightly", time.Minute)
+	id, err := r.producer.Enqueue(t.Context(), job{Name: "long"}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), childEnv+"="+r.prefix)
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(out)
+	for lines.Scan() && !strings.HasPrefix(lines.Text(), "running "+id) {
+	}
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+	if _, err := r.producer.Enqueue(t.Context(), job{Name: "long"}, key); !errors.Is(err, queuey.ErrDuplicate) {
+		t.Fatalf("enqueue after the kill: %v; want a refusal naming %s", err, id)
+	}
+	r.start(1)
+	runs := r.wait(20 * time.Second)
+	if runs[0].JobID != id || !runs[0].Redelivered {
+		t.Fatalf("ran %s (redelivered %v), want %s redelivered", runs[0].JobID, runs[0].Redelivered, id)
+	}
+	waitEnqueued(t, r.producer, job{Name: "after"}, key)
+}
+
+// runUniqueChild is the worker process of the test above, when the test
+// binary is started with childEnv set (TestMain): it runs the job, says
+// so on stdout, and waits to be killed.
+func runUniqueChild(prefix string) int {
+	ctx := context.Background()
+	b, err := rabbitmq.Dial(ctx, rabbittest.URL(), nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer b.Close()
+	set := queuey.QueueSet{Prefix: prefix, Queues: []queuey.Queue{{Name: "work", Prefetch: 1}}}
+	w, err := queuey.NewWorker(b, set, &queuey.WorkerConfig{Logger: slog.New(slog.DiscardHandler)})
+	if err == nil {
+		err = queuey.Handle(w, func(ctx context.Context, _ job, jc queuey.JobContext) error {
+			fmt.Printf("running %s\n", jc.JobID)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+	}
+	if err == nil {
+		err = w.Run(ctx)
+	}
+	fmt.Fprintln(os.Stderr, err)
+	return 1
+}
+
+// The lock queues a live key costs, as the broker lists them.
+func TestAUniqueKeyCostsTwoQueuesOfOneMessage(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 1}, nil)
+	if _, err := r.producer.Enqueue(t.Context(), job{Name: "a"}, queuey.UniqueKey("k", time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	lock := broker.KeyLockName(r.prefix, "k")
+	got := listQueues(t, lock)
+	if len(got) != 2 || got[lock].Messages != 1 || got[broker.KeyHolderName(lock)].Messages != 1 || !got[lock].Durable {
+		t.Fatalf("queues of the key: %+v; want the lock and its holder, durable, one message each", got)
+	}
+	if a := got[lock].Arguments; a["x-max-length"] != 1.0 || a["x-overflow"] != "reject-publish" || a["x-message-ttl"] != 60000.0 || a["x-expires"] != 70000.0 {
+		t.Errorf("lock queue arguments %v", a)
+	}
+}
