@@ -37,7 +37,7 @@ func TestUniqueJobsRacingProducersEnqueueOnePerKey(t *testing.T) {
 		must(t, queuey.Handle(h.Worker, func(context.Context, betaJob, queuey.JobContext) error { return nil }))
 		const producers, enqueues, keys = 16, 1000, 10
 		var mu sync.Mutex
-		enqueued := map[string]string{} // key → job id
+		enqueued := map[string]string{}  // key → job id
 		refused := map[string][]string{} // key → live job ids named
 		var wg sync.WaitGroup
 		for p := range producers {
