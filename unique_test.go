@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
+
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/memory"
@@ -243,4 +245,31 @@ func TestUniqueKeyIsLetGoWhenThePublishFails(t *testing.T) {
 		_, err := h.Producer.Enqueue(ctx, betaJob{named("a")}, unique)
 		must(t, err)
 	})
+}
+
+// A unique job keeps others with its key out while it lives, or for its
+// window at most: here no worker runs, so the window ends it.
+func ExampleUniqueKey() {
+	ctx := context.Background()
+	clk := clock.NewMock() // the memory backend keeps keys on its clock
+	backend := memory.New(&memory.Options{Clock: clk})
+	app := queuey.QueueSet{Prefix: "example", Queues: []queuey.Queue{emails}}
+	producer, err := queuey.NewProducer(ctx, backend, app, &queuey.ProducerConfig{Clock: clk})
+	if err != nil {
+		panic(err)
+	}
+	unique := queuey.UniqueKey("welcome:ada", time.Hour)
+	first, err := producer.Enqueue(ctx, SendEmail{To: "ada@example.com"}, unique)
+	if err != nil {
+		panic(err)
+	}
+	_, err = producer.Enqueue(ctx, SendEmail{To: "ada@example.com"}, unique)
+	var dup *queuey.DuplicateError
+	fmt.Println("refused:", errors.As(err, &dup), "live job is the first:", dup.JobID == first)
+	clk.Add(time.Hour)
+	_, err = producer.Enqueue(ctx, SendEmail{To: "ada@example.com"}, unique)
+	fmt.Println("after the window:", err)
+	// Output:
+	// refused: true live job is the first: true
+	// after the window: <nil>
 }
