@@ -262,6 +262,7 @@ func (w *Worker) jobContext(q *queueConfig, env broker.Envelope, d broker.Delive
 		Age:           max(0, now.Sub(env.EnqueuedAt())),
 		CorrelationID: env.CorrelationID,
 		Redelivered:   d.Redelivered(),
+		Chain:         chainStepOf(env),
 	}
 }
 

@@ -41,6 +41,7 @@ const (
 	OpRedelivery   PublishOp = "redelivery"    // a redelivered job, counted (WorkerConfig.PoisonAfter)
 	OpUnhandled    PublishOp = "unhandled"     // a job of a kind the worker has no handler for, held back (WorkerConfig.UnknownKindWait)
 	OpSchedule     PublishOp = "schedule"      // a tick of a Schedule
+	OpChainStep    PublishOp = "chain_step"    // a chain's next step, once the one before succeeded (Producer.EnqueueChain)
 )
 
 // PublishInfo describes one publish to Hooks.Publish.

@@ -60,6 +60,9 @@ type JobContext struct {
 	// Redelivered reports that the broker handed this delivery out before
 	// (a worker stopped or crashed while holding it).
 	Redelivered bool
+	// Chain says where the job stands in its chain (Producer.EnqueueChain);
+	// zero for a job that is not in one.
+	Chain ChainStep
 }
 
 // IsLastAttempt reports whether a failure now would dead-letter the job.

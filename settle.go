@@ -81,7 +81,7 @@ func (w *Worker) decide(ctx context.Context, q *queueConfig, f jobFacts, policy 
 	var s settlement
 	switch o, def, pausing := classify(err); o {
 	case outcomeSuccess:
-		s = settlement{action: actAck, out: Outcome{Result: Succeeded}}
+		s = w.succeeded(f) // an ack; for a chain's step, its next step's publish first (chain.go)
 	case outcomeDefer:
 		s = w.deferral(q, f, def, pausing)
 	case outcomeFatal:
