@@ -154,26 +154,11 @@ func TestUniqueJobOfAKilledWorkerStaysUniqueAndIsLetGoOnceDone(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 1}, nil)
 	key := queuey.UniqueKey("nightly", time.Minute)
-	id, err := r.producer.Enqueue(t.Context(), job{Name: "long"}, key)
+	id, err := r.producer.Enqueue(t.Context(), job{Name: "block-long"}, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), childEnv+"="+r.prefix)
-	out, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(out)
-	for lines.Scan() && !strings.HasPrefix(lines.Text(), "running "+id) {
-	}
-	if err := child.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = child.Wait()
+	killWorkerWhenItRuns(t, r.prefix, "running "+id)
 	if _, err := r.producer.Enqueue(t.Context(), job{Name: "long"}, key); !errors.Is(err, queuey.ErrDuplicate) {
 		t.Fatalf("enqueue after the kill: %v; want a refusal naming %s", err, id)
 	}
@@ -185,10 +170,42 @@ func TestUniqueJobOfAKilledWorkerStaysUniqueAndIsLetGoOnceDone(t *testing.T) {
 	waitEnqueued(t, r.producer, job{Name: "after"}, key)
 }
 
-// runUniqueChild is the worker process of the test above, when the test
-// binary is started with childEnv set (TestMain): it runs the job, says
-// so on stdout, and waits to be killed.
-func runUniqueChild(prefix string) int {
+// killWorkerWhenItRuns starts a worker process on the queue set of
+// prefix (runChild), kills it (SIGKILL) once it says it runs a job whose
+// line holds match, and returns the lines it said: "running <id> <name>".
+func killWorkerWhenItRuns(t *testing.T, prefix, match string) []string {
+	t.Helper()
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), childEnv+"="+prefix)
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var said []string
+	for lines := bufio.NewScanner(out); lines.Scan(); {
+		said = append(said, lines.Text())
+		if strings.Contains(lines.Text(), match) {
+			break
+		}
+	}
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+	if len(said) == 0 || !strings.Contains(said[len(said)-1], match) {
+		t.Fatalf("the worker process ended before it ran %s; it said %q", match, said)
+	}
+	return said
+}
+
+// runChild is the worker process of killWorkerWhenItRuns, when the test
+// binary is started with childEnv set (TestMain): it says on stdout which
+// job it runs, and runs it: one whose name starts with "block" until it
+// is killed, any other at once.
+func runChild(prefix string) int {
 	ctx := context.Background()
 	b, err := rabbitmq.Dial(ctx, rabbittest.URL(), nil)
 	if err != nil {
@@ -199,9 +216,11 @@ func runUniqueChild(prefix string) int {
 	set := queuey.QueueSet{Prefix: prefix, Queues: []queuey.Queue{{Name: "work", Prefetch: 1}}}
 	w, err := queuey.NewWorker(b, set, &queuey.WorkerConfig{Logger: slog.New(slog.DiscardHandler)})
 	if err == nil {
-		err = queuey.Handle(w, func(ctx context.Context, _ job, jc queuey.JobContext) error {
-			fmt.Printf("running %s\n", jc.JobID)
-			<-ctx.Done()
+		err = queuey.Handle(w, func(ctx context.Context, j job, jc queuey.JobContext) error {
+			fmt.Printf("running %s %s\n", jc.JobID, j.Name)
+			if strings.HasPrefix(j.Name, "block") {
+				<-ctx.Done()
+			}
 			return ctx.Err()
 		})
 	}

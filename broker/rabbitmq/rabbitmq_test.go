@@ -13,7 +13,7 @@ import (
 
 func TestMain(m *testing.M) {
 	if prefix := os.Getenv(childEnv); prefix != "" {
-		os.Exit(runUniqueChild(prefix)) // a worker process of keys_test.go
+		os.Exit(runChild(prefix)) // a worker process to kill (keys_test.go)
 	}
 	goleak.VerifyTestMain(m)
 }
