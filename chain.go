@@ -2,8 +2,11 @@ package queuey
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/queuey-go/queuey/broker"
 )
@@ -107,6 +110,19 @@ func chainStepOf(env broker.Envelope) ChainStep {
 	return ChainStep{ID: c.ID, Step: c.Step, Steps: c.Steps}
 }
 
+// stepJobID is the job id of a chain's step after the first: a
+// name-based UUID (version 5 layout) of the chain's id and the step, so
+// that a step published twice (its step before ran again, after a crash
+// between the publish and the ack) has one id, which a handler can key on.
+func stepJobID(chain string, step int) string {
+	sum := sha1.Sum([]byte("queuey chain\x00" + chain + "\x00" + strconv.Itoa(step)))
+	u := sum[:16]
+	u[6] = u[6]&0x0f | 0x50 // version 5
+	u[8] = u[8]&0x3f | 0x80 // RFC 9562 variant
+	h := hex.EncodeToString(u)
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
 // succeeded settles a job that succeeded: an ack, or for a chain's step
 // with steps left, the publish of the next step (then the ack, as a copy
 // is settled: confirmed first, tried again on failure, and past its tries
@@ -119,6 +135,7 @@ func (w *Worker) succeeded(f jobFacts) settlement {
 	}
 	n := c.Next[0]
 	next := broker.NewEnvelope(n.Kind, n.Queue, n.Payload, w.clock.Now())
+	next.JobID = stepJobID(c.ID, c.Step+1)
 	next.CorrelationID = f.env.CorrelationID
 	rest := chainMember{ID: c.ID, Step: c.Step + 1, Steps: c.Steps, Next: c.Next[1:]}
 	var err error

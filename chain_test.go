@@ -65,6 +65,16 @@ func TestAChainRunsItsStepsInTurnThroughADeferralAndARetry(t *testing.T) {
 		if diff := cmp.Diff(want, stepRuns(h, chain)); diff != "" {
 			t.Errorf("runs differ (-want +got):\n%s", diff)
 		}
+		ids := map[int]string{}
+		for _, r := range h.Log.Runs() {
+			if id, seen := ids[r.Chain.Step]; seen && id != r.JobID {
+				t.Errorf("step %d ran as %s and %s", r.Chain.Step, id, r.JobID)
+			}
+			ids[r.Chain.Step] = r.JobID
+		}
+		if len(ids) != 3 || ids[1] == ids[2] || ids[2] == ids[3] {
+			t.Errorf("steps' job ids %v, want one per step", ids)
+		}
 		if n := h.Backend.Pending(qAlpha) + h.Backend.Held(qAlpha) + h.Backend.Pending(qBeta); n != 0 {
 			t.Errorf("%d messages left, want none", n)
 		}
