@@ -30,6 +30,7 @@ type DuplicateError struct {
 	JobID string
 }
 
+// Error says the job was not enqueued, its key, and the live job's id.
 func (e *DuplicateError) Error() string {
 	holder := "a live job whose id is not yet known"
 	if e.JobID != "" {

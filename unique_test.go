@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -272,4 +273,29 @@ func ExampleUniqueKey() {
 	// Output:
 	// refused: true live job is the first: true
 	// after the window: <nil>
+}
+
+// BenchmarkUniqueEnqueueMemory measures, in one run, plain and unique
+// enqueues (a key each) on the memory backend: enqueues/s each.
+func BenchmarkUniqueEnqueueMemory(b *testing.B) {
+	backend := memory.New(nil)
+	p, err := queuey.NewProducer(b.Context(), backend, app, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n atomic.Int64 // keys used, over every round of b.N
+	for _, mode := range []string{"plain", "unique"} {
+		b.Run(mode, func(b *testing.B) {
+			for b.Loop() {
+				var opts []queuey.EnqueueOption
+				if mode == "unique" {
+					opts = append(opts, queuey.UniqueKey(strconv.FormatInt(n.Add(1), 10), time.Minute))
+				}
+				if _, err := p.Enqueue(b.Context(), betaJob{named("bench")}, opts...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "enqueues/s")
+		})
+	}
 }

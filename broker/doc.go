@@ -2,7 +2,7 @@
 // meets, the message wire format, and the RabbitMQ topology as pure
 // functions.
 //
-// It owns three things:
+// It owns four things:
 //
 //   - The Backend, Consumer and Delivery interfaces (with Message, QueueSpec,
 //     DeadLetter and the errors every backend reports alike, such as
@@ -19,6 +19,8 @@
 //     crate; otherwise two processes would declare the same queue with
 //     different arguments and RabbitMQ would refuse one of them with
 //     PRECONDITION_FAILED.
+//   - KeyLocker, the uniqueness keys of unique jobs, and the names and
+//     arguments of a key's lock queues (KeyLockName, KeyLockArgs).
 //
 // Every wait (a retry's backoff, a delayed enqueue, a deferral) goes through
 // a hold queue <queue>.deferred.<ttl_ms>: a queue without consumers whose
