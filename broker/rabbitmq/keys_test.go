@@ -292,3 +292,23 @@ func BenchmarkUniqueEnqueue(b *testing.B) {
 		})
 	}
 }
+
+// On a quorum queue a unique job is as on a classic one: its key (a
+// classic lock queue whatever the topology) refuses a second job until
+// the first succeeds.
+func TestUniqueJobsOnAQuorumQueue(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, queuey.Queue{Name: "work", Prefetch: 1, Type: queuey.Quorum}, nil)
+	key := queuey.UniqueKey("k", time.Minute)
+	id, err := r.producer.Defer(t.Context(), job{Name: "first"}, time.Second, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.producer.Enqueue(t.Context(), job{Name: "second"}, key)
+	if dup, _ := errors.AsType[*queuey.DuplicateError](err); dup == nil || dup.JobID != id {
+		t.Fatalf("enqueue while %s waits: %v; want a refusal naming it", id, err)
+	}
+	r.start(1)
+	r.wait(20 * time.Second)
+	waitEnqueued(t, r.producer, job{Name: "third"}, key)
+}
