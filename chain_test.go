@@ -102,7 +102,7 @@ func TestABrokenChainStopsAndItsReplayResumesIt(t *testing.T) {
 		must(t, err)
 		list, err := dl.List(t.Context(), "beta")
 		must(t, err)
-		if len(list) != 1 || !strings.Contains(string(list[0].Body), `"next":[{"job_type":"beta_job"`) {
+		if len(list) != 1 || list[0].Chain != (queuey.ChainStep{ID: chain, Step: 2, Steps: 3}) || !strings.Contains(string(list[0].Body), `"next":[{"job_type":"beta_job"`) {
 			t.Fatalf("dead letters %+v, want step 2 carrying step 3", list)
 		}
 		// To a worker that knows no chains (the Rust crate), a step is a

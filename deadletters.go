@@ -59,6 +59,12 @@ type DeadLetter struct {
 	// Malformed reports a body that is not an envelope: it can be shown,
 	// not replayed.
 	Malformed bool
+	// UniqueKey is a unique job's uniqueness key (Unique, UniqueKey),
+	// which its replay takes again; empty for other jobs.
+	UniqueKey string
+	// Chain is where the job stands in its chain (Producer.EnqueueChain):
+	// its replay resumes the chain there. Zero for a job not in one.
+	Chain ChainStep
 }
 
 // ReplayOptions choose what Replay republishes and how.
@@ -390,6 +396,8 @@ func readDeadLetter(m broker.Message, now time.Time) DeadLetter {
 		return d
 	}
 	d.ID, d.Kind, d.CorrelationID, d.Payload = env.JobID, env.JobType, env.CorrelationID, env.Payload
+	d.UniqueKey, _, _ = uniqueOf(m.Headers)
+	d.Chain = chainStepOf(env)
 	d.Deferrals = int(env.Deferrals)
 	d.EnqueuedAt = env.EnqueuedAt()
 	d.Age = max(0, now.Sub(d.EnqueuedAt))

@@ -138,6 +138,9 @@ func TestUniqueKeyIsLetGoByADeadLetterAndTakenByItsReplay(t *testing.T) {
 
 		dl, err := queuey.NewDeadLetters(ctx, h.Backend, app, &queuey.ProducerConfig{Clock: h.Clock})
 		must(t, err)
+		if list, err := dl.List(ctx, "beta"); err != nil || len(list) != 1 || list[0].UniqueKey != "report-7" {
+			t.Fatalf("dead letters %+v, %v; want one of key report-7", list, err)
+		}
 		n, err := dl.Replay(ctx, "beta", queuey.ReplayOptions{Select: queuey.All()})
 		duplicateOf(t, err, "report-7", newer)
 		if n != 0 || len(h.Backend.DeadLetters(qBeta)) != 1 {
