@@ -170,6 +170,10 @@ func (p *Producer) withKey(ctx context.Context, env broker.Envelope, headers map
 		return err
 	}
 	name := broker.KeyLockName(p.set.prefix, key)
+	if n := len(broker.KeyHolderName(name)); n > broker.MaxNameBytes {
+		return fmt.Errorf("%w: a uniqueness key's queues, %q and its holder, need %d bytes, over %d: the queue set's prefix is too long for unique jobs",
+			ErrInvalidName, name, n, broker.MaxNameBytes)
+	}
 	holder, err := k.TakeKey(ctx, name, env.JobID, window)
 	if err != nil {
 		return fmt.Errorf("take uniqueness key %q of %s: %w", key, env.JobType, err)

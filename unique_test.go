@@ -228,6 +228,27 @@ func (b *refusingPublish) Publish(ctx context.Context, msg broker.Message) error
 	return b.Backend.Publish(ctx, msg)
 }
 
+// A queue set whose prefix leaves no room for a key's lock queues is
+// told so at the unique enqueue, and nothing is published.
+func TestUniqueRefusesAPrefixTooLongForItsLockQueues(t *testing.T) {
+	set := queuey.QueueSet{Prefix: strings.Repeat("p", 215), Queues: []queuey.Queue{{Name: "q"}}}
+	clocktest.Run(t, set, nil, func(t *testing.T, h *clocktest.Harness) {
+		_, err := h.Producer.Enqueue(t.Context(), namedJob{"x"}, queuey.UniqueKey("k", time.Hour))
+		if !errors.Is(err, queuey.ErrInvalidName) || !strings.Contains(err.Error(), "prefix is too long for unique jobs") {
+			t.Errorf("got %v, want ErrInvalidName naming the prefix", err)
+		}
+		if n := h.Backend.Pending(set.BrokerName("q")); n != 0 {
+			t.Errorf("%d published, want none", n)
+		}
+	})
+}
+
+// namedJob is a job on the queue "q" of whatever set a test makes.
+type namedJob struct{ Name string }
+
+func (namedJob) Kind() string        { return "named" }
+func (namedJob) Queue() queuey.Queue { return queuey.Queue{Name: "q"} }
+
 // A unique job whose publish fails lets its key go again.
 func TestUniqueKeyIsLetGoWhenThePublishFails(t *testing.T) {
 	var wrapped *refusingPublish
