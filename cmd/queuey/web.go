@@ -20,6 +20,7 @@ import (
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/rabbitmq"
 	"github.com/queuey-go/queuey/console"
+	"github.com/queuey-go/queuey/inspect"
 )
 
 const webUsage = `usage: queuey web [-demo] [-url URL] [-prefix P] [-queues a,b] [-max-priority N] [-transient] [-listen ADDR] [-management URL] [-read-only]
@@ -179,8 +180,8 @@ func openConsole(ctx context.Context, f webFlags, logger *slog.Logger) (http.Han
 
 // management is the management API at api with the AMQP URL's
 // credentials and virtual host.
-func management(api, amqpURL string) *console.Management {
-	m := &console.Management{URL: api, User: "guest", Password: "guest"}
+func management(api, amqpURL string) *inspect.Management {
+	m := &inspect.Management{URL: api, User: "guest", Password: "guest"}
 	if u, err := url.Parse(amqpURL); err == nil {
 		if u.User != nil {
 			m.User = u.User.Username()
