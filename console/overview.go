@@ -80,4 +80,3 @@ func points(rates []float64) string {
 	}
 	return strings.TrimSpace(b.String())
 }
-
