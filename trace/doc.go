@@ -151,6 +151,10 @@
 // restarts leaves the sum off by what it had counted: read it as a sum
 // over a fleet whose processes are up, or as the flow of its increase.
 //
+// A handler that a stopping worker abandons (it ignored its cancelled ctx;
+// Worker.Run returns queuey.ErrHandlersStillRunning) ends its span and
+// leaves in_flight only if it ever returns.
+//
 // # Queue depths
 //
 // ObserveDepths adds gauges of what the broker itself holds for each
@@ -170,10 +174,6 @@
 // quorum queue shares). One collection is one look at the broker for the
 // five gauges: nothing on the memory backend; on RabbitMQ one management
 // API request, or without it three passive declares a queue.
-//
-// A handler that a stopping worker abandons (it ignored its cancelled ctx;
-// Worker.Run returns queuey.ErrHandlersStillRunning) ends its span and
-// leaves in_flight only if it ever returns.
 //
 // # Concurrency and lifetime
 //
