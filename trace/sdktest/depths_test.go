@@ -94,13 +94,14 @@ func TestTheDepthGaugesReportWhatTheMemoryBackendHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := newDepthReader(t, backend)
-	for range 3 {
-		if _, err := producer.Enqueue(ctx, mail{}); err != nil {
-			t.Fatal(err)
+	for i := range 5 {
+		var err error
+		if i < 3 {
+			_, err = producer.Enqueue(ctx, mail{})
+		} else {
+			_, err = producer.EnqueueAfter(ctx, mail{}, 30*time.Second) // held
 		}
-	}
-	for range 2 {
-		if _, err := producer.EnqueueAfter(ctx, mail{}, 30*time.Second); err != nil {
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -123,8 +124,7 @@ func TestTheDepthGaugesReportWhatTheMemoryBackendHolds(t *testing.T) {
 	}
 
 	mock.Add(30 * time.Second) // the holds end: both jobs are ready
-	got, err = d.gauges(t)
-	if err != nil {
+	if got, err = d.gauges(t); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(depths(4, 1, 0, 1), got); diff != "" {
