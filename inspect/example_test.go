@@ -2,6 +2,7 @@ package inspect_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/queuey-go/queuey"
@@ -44,4 +45,18 @@ func ExampleFor() {
 			d.BrokerName, d.Ready, d.Unacked, d.Held, d.Dead, snap.Requests)
 	}
 	// Output: app.emails: 2 ready, 0 unacked, 0 held, 0 dead (0 broker requests)
+}
+
+// A queue's declaration, as the management API tells it
+// (Management.Declaration), is the queuey.Queue to declare it as again:
+// here a classic queue with 5 priorities and a TTL of a minute.
+func ExampleDeclaration_Queue() {
+	d := inspect.Declaration{Name: "app.emails", Type: "classic", Durable: true,
+		Arguments: map[string]any{"x-max-priority": json.Number("5"), "x-message-ttl": json.Number("60000")}}
+	q, err := d.Queue("emails")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%s: %v, max priority %d, TTL %v, transient %v\n", q.Name, q.Type, q.MaxPriority, q.MessageTTL, q.Transient)
+	// Output: emails: classic, max priority 5, TTL 1m0s, transient false
 }
