@@ -22,7 +22,7 @@ PARALLEL ?= 8
 ## are the fault tests of `make faults`.
 test:
 	@for m in $(MODULES); do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...) || exit 1; done
-	@for m in $(MODULES); do echo "go test -race ($$m)"; (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
+	@for m in $(MODULES); do echo "go test -race ($$m)"; (cd $$m && $(GO) test -race -count=1 -parallel $(PARALLEL) ./...) || exit 1; done
 	$(MAKE) --no-print-directory fuzz
 
 ## faults: the fault tests, alone: they restart, kill -9, stop, freeze

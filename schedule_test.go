@@ -922,3 +922,72 @@ func TestWorkerSchedulesSaysWhoLeadsAndTheTicks(t *testing.T) {
 		must(t, <-done)
 	})
 }
+
+// skewed is a clock that reads by ahead of its base (behind when
+// negative), as a host whose clock is off; its timers wait as the base's.
+type skewed struct {
+	clock.Clock
+	by time.Duration
+}
+
+func (s skewed) Now() time.Time                  { return s.Clock.Now().Add(s.by) }
+func (s skewed) Since(t time.Time) time.Duration { return s.Now().Sub(t) }
+func (s skewed) Until(t time.Time) time.Duration { return t.Sub(s.Now()) }
+func (s skewed) WithDeadline(parent context.Context, d time.Time) (context.Context, context.CancelFunc) {
+	return s.Clock.WithDeadline(parent, d.Add(-s.by))
+}
+
+// A leader whose clock ran ahead records ticks in the future. The next
+// leader, with a right clock, says so at WARN and fires by its own clock
+// from the takeover on, where it would have gone silent until its clock
+// caught up with the record (an hour, or 30 s).
+func TestANewLeaderDoesNotWaitForATickRecordedByAClockAhead(t *testing.T) {
+	for _, c := range []struct {
+		ahead, every time.Duration
+	}{{time.Hour, time.Minute}, {30 * time.Second, 5 * time.Second}} {
+		t.Run(c.ahead.String(), func(t *testing.T) {
+			s := queuey.Schedule{Name: "skewed", Job: alphaJob{named("tick")}, Every: c.every}
+			var r ticked
+			logs := &logRecorder{}
+			var takeover time.Time
+			clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
+				must(t, queuey.Handle(h.Worker, r.handler(h.Clock)))
+				ahead := scheduleOnly(t, h, s, skewed{h.Clock, c.ahead}, slog.New(slog.DiscardHandler))
+				h.Advance(10 * c.every)
+				ahead.stop(t)
+				takeover = h.Clock.Now()
+				right := scheduleOnly(t, h, s, h.Clock, slog.New(logs))
+				h.Advance(3*c.every + time.Second)
+				right.stop(t)
+			})
+			var after []time.Time // ticks run on time (not early) after the takeover
+			r.mu.Lock()
+			for i, jc := range r.runs {
+				tick := jc.EnqueuedAt.UTC()
+				if tick.After(takeover) && !r.at[i].Before(tick) {
+					after = append(after, tick)
+				}
+			}
+			r.mu.Unlock()
+			if want := every(takeover.Truncate(c.every).Add(c.every), c.every, 3); !cmp.Equal(want, after) {
+				t.Errorf("ticks fired after the takeover, at the right time: %v, want %v", after, want)
+			}
+			if n := logs.count("the schedule's recorded tick is in the future by this worker's clock: the leader that recorded it had a clock ahead; "+
+				"firing by this worker's clock from now (ticks it fired early may fire again when due, with the same job id)", slog.LevelWarn); n != 1 {
+				t.Errorf("%d WARN lines about the recorded tick, want 1", n)
+			}
+		})
+	}
+}
+
+// scheduleOnly runs a worker on h's backend that only leads s, on c.
+func scheduleOnly(t *testing.T, h *clocktest.Harness, s queuey.Schedule, c clock.Clock, logger *slog.Logger) running {
+	t.Helper()
+	w, err := queuey.NewWorker(h.Backend, app, &queuey.WorkerConfig{Clock: c, Logger: logger})
+	must(t, err)
+	must(t, w.AddSchedule(s))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	return running{stopRun: cancel, done: done}
+}

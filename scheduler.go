@@ -241,7 +241,7 @@ func (l *scheduleLoop) take(ctx context.Context, d broker.Delivery) error {
 		}
 		return nil
 	}
-	tick, first := st.last(), l.held == nil
+	tick, first := l.trusted(st.last()), l.held == nil
 	if !first {
 		if tick.Before(l.heldTick) {
 			_ = d.Ack(ctx)
@@ -278,6 +278,29 @@ func (l *scheduleLoop) take(ctx context.Context, d broker.Delivery) error {
 		l.due(ctx)
 	}
 	return nil
+}
+
+// scheduleSkew is how far in the future, by this worker's clock, a
+// recorded tick may be and still be taken as it is. A tick further ahead
+// was recorded by a leader whose clock ran ahead (ARCHITECTURE.md,
+// "Periodic jobs"): trusted, it would keep this leader silent until its
+// own clock caught up.
+const scheduleSkew = 5 * time.Second
+
+// trusted is the recorded tick as this leader takes it: as it is, or,
+// when it is more than scheduleSkew ahead of this worker's clock, now
+// (said at WARN): the ticks up to now were fired, early, by the leader
+// that recorded it; those after now fire when this clock says they are
+// due.
+func (l *scheduleLoop) trusted(tick time.Time) time.Time {
+	now := l.a.w.clock.Now().Truncate(time.Millisecond)
+	if !tick.After(now.Add(scheduleSkew)) {
+		return tick
+	}
+	l.log.Warn("the schedule's recorded tick is in the future by this worker's clock: the leader that recorded it had a clock ahead; "+
+		"firing by this worker's clock from now (ticks it fired early may fire again when due, with the same job id)",
+		"recorded_tick", tick, "now", now, "ahead", tick.Sub(now), "tolerance", scheduleSkew)
+	return now
 }
 
 // stateOf reads m as the schedule's state.

@@ -936,6 +936,7 @@ type workerOptions struct {
 	url             string
 	name            string        // connection-name suffix, default w<N>
 	scheduleEvery   time.Duration // when set, a candidate leader of the "chaos" schedule
+	clockSkew       time.Duration // how far ahead its clock reads
 }
 
 // proc is one chaosworker process.
@@ -970,6 +971,7 @@ func (r *rig) startWorker(o workerOptions) *proc {
 		"-conn-name", name,
 		"-heartbeat", o.heartbeat.String(),
 		"-schedule-every", o.scheduleEvery.String(),
+		"-clock-skew", o.clockSkew.String(),
 	}
 	p := &proc{name: name, logPath: filepath.Join(r.dir, fmt.Sprintf("worker-%03d.log", n)), done: make(chan struct{})}
 	logf, err := os.Create(p.logPath)

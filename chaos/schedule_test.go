@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,4 +82,41 @@ func countTwice(ticks map[int64]int) int {
 		}
 	}
 	return n
+}
+
+// A leader whose clock runs 30 s ahead fires the schedule's ticks early
+// and records them in the future; once it is killed, the next leader, on
+// a right clock, says so at WARN and fires on time from the takeover on,
+// where it went silent until its clock caught up with the record.
+func TestFaultScheduleLeaderWithAClockAhead(t *testing.T) {
+	needFaults(t)
+	r := newRig(t, "schedule_clock_ahead", rigOptions{})
+	const every = time.Second
+	ahead := r.startWorker(workerOptions{scheduleEvery: every, name: "ahead", clockSkew: 30 * time.Second})
+	r.waitTicks(3, 30*time.Second)
+	ahead.kill()
+	<-ahead.done
+	takeover := time.Now()
+	right := r.startWorker(workerOptions{scheduleEvery: every, name: "right"})
+	onTime := func() int { // ticks after the takeover that ran once due, not early
+		n := 0
+		for _, rec := range r.records() {
+			if rec.Ev == chaos.EvStart && rec.Seq == -1 && rec.EnqueuedAt > takeover.UnixMilli() && rec.At >= rec.EnqueuedAt*int64(time.Millisecond) {
+				n++
+			}
+		}
+		return n
+	}
+	err := within(15*time.Second, func() bool { return onTime() >= 3 })
+	right.term()
+	if werr := right.wait(30 * time.Second); werr != nil {
+		t.Fatalf("the right leader's stop: %v", werr)
+	}
+	t.Logf("schedule_clock_ahead: on-time ticks after the takeover %d, within %v", onTime(), time.Since(takeover).Round(time.Second))
+	if err != nil {
+		t.Fatalf("3 ticks on time within 15 s of the takeover: %d (the new leader waited for the record 30 s ahead)", onTime())
+	}
+	if !strings.Contains(right.log(), "the schedule's recorded tick is in the future by this worker's clock") {
+		t.Errorf("the new leader's log says nothing of the record in the future")
+	}
 }

@@ -27,12 +27,28 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/benbjohnson/clock"
+
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker/rabbitmq"
 	"github.com/queuey-go/queuey/chaos"
 )
 
 func main() { os.Exit(run()) }
+
+// skewed is a clock that reads by ahead of its base (behind when
+// negative); its timers wait as the base's.
+type skewed struct {
+	clock.Clock
+	by time.Duration
+}
+
+func (s skewed) Now() time.Time                  { return s.Clock.Now().Add(s.by) }
+func (s skewed) Since(t time.Time) time.Duration { return s.Now().Sub(t) }
+func (s skewed) Until(t time.Time) time.Duration { return t.Sub(s.Now()) }
+func (s skewed) WithDeadline(parent context.Context, d time.Time) (context.Context, context.CancelFunc) {
+	return s.Clock.WithDeadline(parent, d.Add(-s.by))
+}
 
 func run() int {
 	prefix := flag.String("prefix", "", "queue-name prefix of the run (required)")
@@ -44,6 +60,7 @@ func run() int {
 	connName := flag.String("conn-name", "", "connection name shown by rabbitmqctl list_connections")
 	heartbeat := flag.Duration("heartbeat", 0, "rabbitmq.Options.Heartbeat (default the library's)")
 	every := flag.Duration("schedule-every", 0, "when set, the worker is also a candidate to lead the schedule \"chaos\", which enqueues a chaos.Job at this interval")
+	skew := flag.Duration("clock-skew", 0, "how far ahead of the host's clock (behind when negative) the worker's clock reads, as on a host whose clock is off")
 	flag.Parse()
 	if *prefix == "" || *ledgerPath == "" {
 		fmt.Fprintln(os.Stderr, "chaosworker: -prefix and -ledger are required")
@@ -94,6 +111,7 @@ func run() int {
 		PoisonAfter:     *poisonAfter,
 		Hooks:           hooks,
 		Logger:          jobLog,
+		Clock:           skewed{clock.New(), *skew},
 	})
 	if err == nil {
 		err = queuey.Handle(worker, func(ctx context.Context, j chaos.Job, jc queuey.JobContext) error {
