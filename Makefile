@@ -8,7 +8,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # keep what only tests, examples and benchmarks need out of its
 # requirements (the OpenTelemetry SDK, its exporters, the peers' clients).
 # bench/peers has no tests; lint checks it with the others.
-MODULES      := . trace/sdktest examples/ratelimit console/browsertest
+MODULES      := . trace/sdktest examples/ratelimit examples/metrics console/browsertest
 LINT_MODULES := $(MODULES) bench/peers
 
 # PARALLEL is how many tests of a package run at once. The RabbitMQ tests

@@ -855,8 +855,8 @@ func inequivalent(name, reason string) error {
 	default:
 		hint = "it was declared otherwise than queuey declares it, by another program or by hand"
 	}
-	return fmt.Errorf("%w: queue %q exists with %s (%s); drain and delete it, or declare it as it is: %s",
-		broker.ErrPreconditionFailed, name, differs, reason, hint)
+	return &broker.InequivalentError{Queue: name, Arg: arg, Err: fmt.Errorf("%w: queue %q exists with %s (%s); drain and delete it, or declare it as it is: %s",
+		broker.ErrPreconditionFailed, name, differs, reason, hint)}
 }
 
 // depth passive-declares queue on the declaration channel (onDeclCh),

@@ -814,7 +814,7 @@ type proxy struct {
 	// client's next call after the declare's answer meets the block
 	// (the backend follows blocks on a goroutine of its own).
 	blockHeard <-chan struct{}
-	answers  map[[2]uint16]chan struct{} // see awaitAnswer; under mu
+	answers    map[[2]uint16]chan struct{} // see awaitAnswer; under mu
 }
 
 // stall holds every byte on its way to the broker, as a congested network
