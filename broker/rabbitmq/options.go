@@ -32,6 +32,12 @@ type Options struct {
 	Clock clock.Clock
 	// Logger receives connection events. Default slog.Default().
 	Logger *slog.Logger
+
+	// consumeChannelMax, when set, is the channel_max the consume
+	// connections ask of the broker, below the broker's own: a test's
+	// way to spread few consumers over many connections
+	// (SetConsumeChannelMax) without changing the broker's settings.
+	consumeChannelMax uint16
 }
 
 func (o *Options) withDefaults() Options {
