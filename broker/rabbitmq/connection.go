@@ -350,8 +350,8 @@ type session struct {
 	// the connection's channel_max, less those kept for the backend's
 	// own (consumelinks.go).
 	consumerSlots chan struct{}
-	closeMu        sync.Mutex
-	backendClosed  bool // closed because the backend is, not because the connection was lost
+	closeMu       sync.Mutex
+	backendClosed bool // closed because the backend is, not because the connection was lost
 
 	blockMu   sync.Mutex
 	blockedBy string        // the broker's reason while it blocks publishes
