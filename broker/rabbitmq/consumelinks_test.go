@@ -201,9 +201,8 @@ func TestAWorkerConsumesMoreQueuesThanTheBrokersChannelMax(t *testing.T) {
 }
 
 // A backend serves 16 consume connections of channel_max less one
-// consumers; a worker with more queues is refused at NewWorker, and
-// consumers past the limit from several callers at Consume.
-func TestMoreConsumersThanTheBackendServesAreRefused(t *testing.T) {
+// consumers; a worker with more queues is refused at NewWorker.
+func TestAWorkerWithMoreQueuesThanTheBackendServesIsRefused(t *testing.T) {
 	t.Parallel()
 	b := rabbittest.Dial(t, &rabbitmq.Options{Logger: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() { _ = b.Close() })
@@ -230,7 +229,16 @@ func TestMoreConsumersThanTheBackendServesAreRefused(t *testing.T) {
 	if _, err := queuey.NewWorker(small, set, nil); err != nil {
 		t.Errorf("NewWorker of 16 queues on a backend of 16 consumers: %v", err)
 	}
+}
 
+// Consumers past MaxConsumers (several callers on one backend) are
+// refused at Consume, and a consumer cancelled gives its channel back.
+func TestAConsumePastMaxConsumersIsRefused(t *testing.T) {
+	t.Parallel()
+	opts := &rabbitmq.Options{ConnectionName: unique("limit"), Logger: slog.New(slog.DiscardHandler)}
+	rabbitmq.SetConsumeChannelMax(opts, 2) // one consumer a connection
+	small := rabbittest.Dial(t, opts)
+	t.Cleanup(func() { _ = small.Close() })
 	q := unique("limit") + ".work"
 	t.Cleanup(func() { rabbittest.DeleteQueues(t, q, broker.DeadQueueName(q)) })
 	if err := small.Declare(t.Context(), broker.QueueSpec{Name: q}); err != nil {

@@ -13,8 +13,8 @@ import (
 // Options configures a Backend. A nil Options means every default.
 type Options struct {
 	// ConnectionName is shown in the broker's management UI for the
-	// publishing connection; the consumers' connection shows it followed
-	// by " (consume)". Default "queuey".
+	// publishing connection; the consumers' connections show it followed
+	// by " (consume)", " (consume 2)" and so on. Default "queuey".
 	ConnectionName string
 	// PublishChannels is the size of the confirm-channel pool. Default 4.
 	PublishChannels int
