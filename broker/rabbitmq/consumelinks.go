@@ -60,9 +60,9 @@ func consumerChannels(brokerMax, asked uint16) int {
 	return max(int(n)-ownChannels, 1)
 }
 
-// consumeLink is the i-th consume connection, whose connection actor the
-// first call starts; nil once the backend is closed. The caller holds
-// b.mu.
+// consumeLinkLocked is the i-th consume connection, whose connection
+// actor the first call starts; nil once the backend is closed. The caller
+// holds b.mu.
 func (b *Backend) consumeLinkLocked(i int) *link {
 	if b.closed {
 		return nil
