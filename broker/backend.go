@@ -184,6 +184,16 @@ type ExclusiveConsumer interface {
 	ConsumeExclusive(ctx context.Context, queue string, prefetch int) (Consumer, error)
 }
 
+// ConsumerLimit is a Backend that can have only so many consumers at
+// once (RabbitMQ: a channel each, and so many channels a connection).
+// queuey.NewWorker refuses a worker with more queues than that, rather
+// than serve some of them. A wrapper that embeds a Backend interface
+// hides it; the worker is then not checked.
+type ConsumerLimit interface {
+	// MaxConsumers is how many consumers the backend can have at once.
+	MaxConsumers() int
+}
+
 // Consumer receives deliveries from one queue.
 type Consumer interface {
 	// Deliveries yields deliveries until the consumer ends; then it is closed.
