@@ -8,7 +8,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # keep what only tests, examples and benchmarks need out of its
 # requirements (the OpenTelemetry SDK, its exporters, the peers' clients).
 # bench/peers has no tests; lint checks it with the others.
-MODULES      := . trace/sdktest examples/ratelimit console/browsertest
+MODULES      := . trace/sdktest examples/ratelimit examples/metrics console/browsertest
 LINT_MODULES := $(MODULES) bench/peers
 
 # PARALLEL is how many tests of a package run at once. The RabbitMQ tests
@@ -22,7 +22,7 @@ PARALLEL ?= 8
 ## are the fault tests of `make faults`.
 test:
 	@for m in $(MODULES); do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...) || exit 1; done
-	@for m in $(MODULES); do echo "go test -race ($$m)"; (cd $$m && $(GO) test -race -count=1 ./...) || exit 1; done
+	@for m in $(MODULES); do echo "go test -race ($$m)"; (cd $$m && $(GO) test -race -count=1 -parallel $(PARALLEL) ./...) || exit 1; done
 	$(MAKE) --no-print-directory fuzz
 
 ## faults: the fault tests, alone: they restart, kill -9, stop, freeze

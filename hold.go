@@ -2,13 +2,13 @@ package queuey
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/benbjohnson/clock"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/queuey-go/queuey/actor"
 	"github.com/queuey-go/queuey/broker"
@@ -87,11 +87,29 @@ func (h holder) holdQueue(queue string, ttl time.Duration) string {
 // one record of them.
 type holdActor struct {
 	holder
-	inbox     *actor.Actor[holdRequest]
-	slots     *semaphore.Weighted       // one per publish in flight: their bound
-	publishes sync.WaitGroup            // the publishes in flight; Run waits for them
+	inbox     *actor.Actor[holdMsg]
+	limit     int                       // publishes in flight at most
+	inFlight  int                       // publishes started and not finished; the actor's
+	waiting   []holdRequest             // requests beyond limit, oldest first; the actor's
+	publishes sync.WaitGroup            // the publishes' goroutines; Run waits for them
 	publish   func(s *settlement) error // a settlement's publish and ack (Worker.publishAndAck)
 }
+
+// holdMsg is a message to the hold actor: a holdRequest, or a
+// publishFinished from one of its publishes' goroutines.
+type holdMsg interface{ holdMsg() }
+
+// publishFinished: a publish the hold actor started is over and answered;
+// its place is free.
+type publishFinished struct{}
+
+func (holdRequest) holdMsg()     {}
+func (publishFinished) holdMsg() {}
+
+// errHoldStopped answers the requests still waiting for a place when the
+// hold actor stops: none is published; a settlement's is given back to
+// the broker by its queue actor, which is stopping too.
+var errHoldStopped = errors.New("the worker's hold actor stopped before making the publish")
 
 // holdRequest asks the hold actor for one publish: a settlement's, whose
 // answer goes to its queue actor's inbox, or a hold of msg for delay
@@ -109,41 +127,71 @@ type holdRequest struct {
 
 // newHoldActor returns a hold actor with up to inFlight publishes at once
 // (below 1 means 1), made (and their deliveries acked) by publish for
-// settlements; a request beyond them waits in its mailbox.
+// settlements; a request beyond them waits its turn in the actor.
 func newHoldActor(h holder, inFlight int, publish func(*settlement) error) *holdActor {
-	a := &holdActor{holder: h, slots: semaphore.NewWeighted(int64(max(inFlight, 1))), publish: publish}
-	a.inbox = actor.New("hold", max(inFlight, 1), a.receive)
+	a := &holdActor{holder: h, limit: max(inFlight, 1), publish: publish}
+	// Room for every request and for every publish's end: a publish's
+	// goroutine that reports its end never waits long for the actor.
+	a.inbox = actor.New("hold", 2*a.limit, a.receive)
 	return a
 }
 
-// Run handles requests until ctx ends, then waits for the publishes in
-// flight to be answered.
+// Run handles requests until ctx ends, then answers those still waiting
+// for a place with errHoldStopped and waits for the publishes in flight to
+// be answered.
 func (a *holdActor) Run(ctx context.Context) error {
 	defer a.publishes.Wait()
+	defer a.refuseWaiting()
 	return a.inbox.Run(ctx)
+}
+
+// refuseWaiting answers every request still waiting for a place.
+func (a *holdActor) refuseWaiting() {
+	for _, req := range a.waiting {
+		a.answer(req, errHoldStopped)
+	}
+	a.waiting = nil
 }
 
 // Stop refuses later requests; those queued are still handled.
 func (a *holdActor) Stop() { a.inbox.Stop() }
 
-// receive starts req's publish once a slot is free, and goes on to the
-// next request without waiting for the confirm. The wait for a slot ends
-// with the asker's ctx; the actor's own ends only once the queue actors,
-// the askers, have stopped.
-func (a *holdActor) receive(_ context.Context, req holdRequest) error {
-	if err := a.slots.Acquire(req.ctx, 1); err != nil {
-		a.answer(req, err)
-		return nil
+// receive starts a request's publish if there is a place for it, or
+// keeps it for the next place, and goes on to the next message without
+// waiting for the confirm; a publish's end frees its place.
+func (a *holdActor) receive(ctx context.Context, m holdMsg) error {
+	switch m := m.(type) {
+	case holdRequest:
+		if a.inFlight == a.limit {
+			a.waiting = append(a.waiting, m)
+			return nil
+		}
+		a.start(ctx, m)
+	case publishFinished:
+		a.inFlight--
+		if len(a.waiting) > 0 {
+			next := a.waiting[0]
+			a.waiting[0] = holdRequest{}
+			a.waiting = a.waiting[1:]
+			a.start(ctx, next)
+		}
 	}
+	return nil
+}
+
+// start makes req's publish on a goroutine of its own, which answers the
+// asker and then tells the actor (unless the actor's Run has ended: then
+// no place is waited for).
+func (a *holdActor) start(ctx context.Context, req holdRequest) {
+	a.inFlight++
 	a.publishes.Go(func() {
-		defer a.slots.Release(1)
 		if req.settle != nil {
 			a.answer(req, a.publish(req.settle))
-			return
+		} else {
+			a.answer(req, a.hold(req.ctx, req.msg, req.delay, req.kind))
 		}
-		a.answer(req, a.hold(req.ctx, req.msg, req.delay, req.kind))
+		_ = a.inbox.Send(ctx, publishFinished{})
 	})
-	return nil
 }
 
 // answer tells the asker how req's publish went.
@@ -162,7 +210,7 @@ func (a *holdActor) answer(req holdRequest, err error) {
 // it.
 func (a *holdActor) tell(s *settlement, answer *mailbox.Mailbox[queueMsg]) error {
 	ctx := context.WithoutCancel(s.ctx)
-	if err := a.inbox.Send(ctx, holdRequest{ctx: ctx, settle: s, answer: answer}); err != nil {
+	if err := a.inbox.Send(ctx, holdMsg(holdRequest{ctx: ctx, settle: s, answer: answer})); err != nil {
 		return fmt.Errorf("publish for its %s: %w", s.opName(), err)
 	}
 	return nil
@@ -170,7 +218,7 @@ func (a *holdActor) tell(s *settlement, answer *mailbox.Mailbox[queueMsg]) error
 
 // ask sends a hold request and waits for its confirmation.
 func (a *holdActor) ask(ctx context.Context, msg broker.Message, d time.Duration, kind holdKind) error {
-	_, err := actor.Ask(ctx, a.inbox, func(r actor.Reply[struct{}]) holdRequest {
+	_, err := actor.Ask(ctx, a.inbox, func(r actor.Reply[struct{}]) holdMsg {
 		return holdRequest{ctx: ctx, msg: msg, delay: d, kind: kind, reply: r}
 	})
 	if err != nil {

@@ -8,12 +8,11 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
-	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"github.com/benbjohnson/clock"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/queuey-go/queuey/broker"
 )
@@ -171,18 +170,17 @@ func (p *Producer) EnqueueBatch(ctx context.Context, jobs []Job) ([]string, erro
 		// first job to the last, where chunks would let it drain between.
 		p.publishBatch(ctx, bp, jobs, ids, errs)
 	} else {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range min(len(jobs), batchInFlight) {
-			wg.Go(func() {
-				for i := int(next.Add(1) - 1); i < len(jobs); i = int(next.Add(1) - 1) {
-					if ids[i], errs[i] = p.Enqueue(ctx, jobs[i]); errs[i] != nil {
-						errs[i] = fmt.Errorf("job %d: %w", i, errs[i])
-					}
+		var g errgroup.Group // a job's failure is its own: it stops nothing
+		g.SetLimit(batchInFlight)
+		for i := range jobs {
+			g.Go(func() error {
+				if ids[i], errs[i] = p.Enqueue(ctx, jobs[i]); errs[i] != nil {
+					errs[i] = fmt.Errorf("job %d: %w", i, errs[i])
 				}
+				return nil
 			})
 		}
-		wg.Wait()
+		_ = g.Wait()
 	}
 	return ids, errors.Join(errs...)
 }

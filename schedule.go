@@ -114,6 +114,9 @@ func (w *Worker) AddSchedule(s Schedule) error {
 			return fmt.Errorf("%w: schedule %q was added before", ErrInvalidSchedule, s.Name)
 		}
 	}
+	if err := checkConsumers(w.backend, len(w.queues)+len(w.schedules)+1); err != nil {
+		return err
+	}
 	w.schedules = append(w.schedules, &scheduleActor{w: w, s: rs})
 	return nil
 }

@@ -174,6 +174,9 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 	if w.queues, err = workerQueues(s, cfg.Queues); err != nil {
 		return nil, err
 	}
+	if err := checkConsumers(backend, len(w.queues)); err != nil {
+		return nil, err
+	}
 	for _, q := range w.queues {
 		w.concurrency += q.prefetch
 		w.queueActors[q.Name] = newQueueActor(w, q)
@@ -191,6 +194,16 @@ func checkWorkerConfig(cfg *WorkerConfig) error {
 	if cfg.Concurrency < 0 || cfg.JobTimeout < 0 || cfg.ShutdownTimeout < 0 || cfg.RepublishDelay < 0 || cfg.PoisonAfter < 0 {
 		return fmt.Errorf("%w: concurrency %d, job timeout %v, shutdown timeout %v, republish delay %v and poison after %d must not be negative",
 			ErrInvalidQueue, cfg.Concurrency, cfg.JobTimeout, cfg.ShutdownTimeout, cfg.RepublishDelay, cfg.PoisonAfter)
+	}
+	return nil
+}
+
+// checkConsumers refuses a worker that would have n consumers (a queue
+// or a schedule each) on a backend that serves fewer at once.
+func checkConsumers(backend broker.Backend, n int) error {
+	if l, ok := backend.(broker.ConsumerLimit); ok && n > l.MaxConsumers() {
+		return fmt.Errorf("%w: the worker would consume %d queues at once (one per queue and schedule), more than the %s backend serves (%d); "+
+			"give some of them to another worker (WorkerConfig.Queues) on another backend", ErrInvalidQueue, n, backend.Name(), l.MaxConsumers())
 	}
 	return nil
 }

@@ -39,12 +39,6 @@ func New[M any](name string, capacity int, receive Receive[M]) *Actor[M] {
 	return &Actor[M]{name: name, receive: receive, mb: mailbox.New[M](capacity)}
 }
 
-// Name returns the actor's name.
-func (a *Actor[M]) Name() string { return a.name }
-
-// Len returns the number of messages waiting in the mailbox.
-func (a *Actor[M]) Len() int { return a.mb.Len() }
-
 // Run is the actor loop: it takes messages from the mailbox and calls receive
 // with each, one at a time. It returns nil when ctx ends or, after Stop, once
 // the messages queued before Stop have been handled. It returns a *CrashError

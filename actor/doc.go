@@ -9,7 +9,7 @@
 // Run again. The mailbox belongs to the Actor, not to one Run, so messages
 // queued for a crashed actor are handled by the restarted one.
 //
-// Send, Ask, Stop, Len and Name are safe for concurrent use. Only one Run may
+// Send, Ask and Stop are safe for concurrent use. Only one Run may
 // be active at a time (another returns ErrRunning). The caller must stop the
 // goroutine running Run (cancel its ctx, or Stop the actor), and should Stop
 // an actor it will no longer use so that senders get ErrStopped instead of

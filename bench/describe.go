@@ -69,6 +69,17 @@ var scenarioDocs = map[int]scenarioDoc{
 			"Baseline: the jobs that succeed; and plain amqp091-go doing the same work (consume, publish into a hold "+
 			"queue, confirm, ack) against consume and ack, the broker's ceiling.", c.settleN, joinInts(c.settlePrefetch), settleWait)
 	}},
+	10: {"Scale on RabbitMQ", func(c config) string {
+		return fmt.Sprintf("One worker (concurrency %d, prefetch %d a queue) of 1 queue, then of %d, on RabbitMQ, in the same run. "+
+			"NewProducer declares the queues and their dead-letter queues; then, from Run (which declares them again, "+
+			"and consumes each on a channel of its own, the channels spread over as many consume connections as the "+
+			"broker's channel_max requires), one job enqueued on every queue, until each has run; then what the "+
+			"process holds per queue (live heap after a GC, goroutines) and the broker's resident memory per queue "+
+			"(beam.smp, from /proc); then %d jobs spread over the queues in one `EnqueueBatch` (256 confirms in flight) "+
+			"while the worker runs them, first publish to last run, against the one queue, and the batch's own rate: "+
+			"the broker confirms a persistent message once its queue has written it, a queue at a time. No goal.",
+			c.prefetch, c.prefetch, c.scaleQueues, c.n)
+	}},
 	9: {"Quorum queues", func(c config) string {
 		return fmt.Sprintf("Scenario 1's queuey run (%d jobs) on quorum queues on a three-node cluster (`-cluster`; "+
 			"`make cluster` starts one on this host) against classic queues on the one broker, in turn each round: "+

@@ -9,7 +9,8 @@
 // Scenarios: 1 RabbitMQ end to end, 2 producer alone, 3 paced at 1,000
 // jobs/s, 4 deferral on RabbitMQ, 5 memory end to end, 6 time travel,
 // 7 scale (queues, held jobs), 8 settling on RabbitMQ (jobs that defer or
-// retry once against jobs that succeed). Each RabbitMQ scenario uses queues of its own
+// retry once against jobs that succeed), 9 quorum queues on a cluster (on
+// request), 10 scale on RabbitMQ (one worker of 5,000 queues). Each RabbitMQ scenario uses queues of its own
 // with unique names and deletes them at the end. With -count > 1 every
 // figure is the median of the runs and "spread" is (max-min)/median of the
 // per-run figure (of the ratio, where there is one).
@@ -59,6 +60,7 @@ type config struct {
 	memPrefetch    int
 	travelJobs     int
 	settleN        int
+	scaleQueues    int // scenario 10's many queues
 	count          int
 	scenarios      map[int]bool
 	quorum         []string // the cluster's URLs: libRig declares quorum queues there (scenario 9)
@@ -92,10 +94,11 @@ func main() {
 		cfg.settlePrefetch = ps
 		return err
 	})
+	flag.IntVar(&cfg.scaleQueues, "scale-queues", 5000, "queues of the one worker of the RabbitMQ scale scenario (10)")
 	flag.IntVar(&cfg.travelJobs, "travel-jobs", 10000, "jobs of the time-travel run (scenario 6)")
 	flag.StringVar(&cfg.cluster, "cluster", os.Getenv("QUEUEY_CLUSTER"), "comma-separated URLs of a RabbitMQ cluster's nodes (scenario 9; `make cluster` prints them)")
 	flag.IntVar(&cfg.count, "count", 1, "runs of each measurement; figures are medians")
-	flag.StringVar(&scen, "scenarios", "1,2,3,4,5,6,7,8", "comma-separated scenarios to run (9, quorum queues on a cluster, on request)")
+	flag.StringVar(&scen, "scenarios", "1,2,3,4,5,6,7,8", "comma-separated scenarios to run (on request: 9, quorum queues on a cluster; 10, 5,000 queues on RabbitMQ, about 11 minutes of heavy broker load)")
 	flag.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (samples labelled scenario=N, and run=<name> in scenario 2: go tool pprof -tagfocus)")
 	flag.StringVar(&memprofile, "memprofile", "", "write an allocation profile at the end to this file")
 	out.registerFlags(flag.CommandLine)
@@ -111,8 +114,8 @@ func main() {
 	cfg.scenarios = map[int]bool{}
 	for _, s := range strings.Split(scen, ",") {
 		i, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || i < 1 || i > 9 {
-			fmt.Fprintf(os.Stderr, "bench: bad scenario %q (want 1..9)\n", s)
+		if err != nil || i < 1 || i > 10 {
+			fmt.Fprintf(os.Stderr, "bench: bad scenario %q (want 1..10)\n", s)
 			os.Exit(2)
 		}
 		cfg.scenarios[i] = true
@@ -150,6 +153,7 @@ func main() {
 		{7, scenarioScale},
 		{8, scenarioSettle},
 		{9, scenarioQuorum},
+		{10, scenarioRabbitScale},
 	}
 	failed := false
 	for _, s := range steps {

@@ -43,6 +43,25 @@ var (
 	ErrInUse = errors.New("queuey: queue is in use by another consumer")
 )
 
+// InequivalentError is a declaration the broker refused because the
+// queue exists with another value of one argument (RabbitMQ's
+// PRECONDITION_FAILED); it is ErrPreconditionFailed to errors.Is.
+type InequivalentError struct {
+	// Queue is the queue's broker name.
+	Queue string
+	// Arg is the argument that differs, as the broker names it
+	// ("durable", "x-max-priority", "x-message-ttl", "x-queue-type"), or
+	// "" when it did not say.
+	Arg string
+	// Err is the whole error, which says what to do.
+	Err error
+}
+
+func (e *InequivalentError) Error() string { return e.Err.Error() }
+
+// Unwrap is Err.
+func (e *InequivalentError) Unwrap() error { return e.Err }
+
 // QueueSpec is what a backend needs to declare one work queue and its dead
 // letter queue. Names are full broker names (prefix included).
 type QueueSpec struct {
@@ -163,6 +182,16 @@ type ExclusiveConsumer interface {
 	// and until it is stopped or ends, any other consumer of the queue
 	// fails so.
 	ConsumeExclusive(ctx context.Context, queue string, prefetch int) (Consumer, error)
+}
+
+// ConsumerLimit is a Backend that can have only so many consumers at
+// once (RabbitMQ: a channel each, and so many channels a connection).
+// queuey.NewWorker refuses a worker with more queues than that, rather
+// than serve some of them. A wrapper that embeds a Backend interface
+// hides it; the worker is then not checked.
+type ConsumerLimit interface {
+	// MaxConsumers is how many consumers the backend can have at once.
+	MaxConsumers() int
 }
 
 // Consumer receives deliveries from one queue.

@@ -342,11 +342,17 @@ func (l *cledger) started(r *crun, seq int) {
 	l.lastRun = r.start
 }
 
-// deferred records when job seq, deferring itself, is due again.
+// deferred records when job seq, deferring itself, is due again: the
+// earliest of its deferrals. A deferral whose delivery's ack was lost at
+// the kill runs its handler again, which defers again, later; the first
+// deferral's hold, confirmed, still comes back at its own time, and is
+// not early for being before the second's.
 func (l *cledger) deferred(seq int, due time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.due[seq] = due
+	if first, ok := l.due[seq]; !ok || due.Before(first) {
+		l.due[seq] = due
+	}
 }
 
 // done records what r's handler returned.
@@ -817,6 +823,9 @@ func (c *clusterRun) judge(d drainEnd, end workerEnd) {
 		c.name, len(ls.late), percentile(ls.late, 0.5), percentile(ls.late, 1), len(ls.backlog), percentile(ls.backlog, 0.5), percentile(ls.backlog, 1))
 	if c.qtype == queuey.Quorum {
 		checkQuorum(s, ls, end, leaked)
+		if m, bound := percentile(ls.window, 1), c.up.Sub(c.killFrom)+downLatenessMargin; m > bound {
+			s.Fail("a deferred job due while the node was down ran %v after its due time, beyond the node's downtime and the broker's dead-letter retry (%v)", m, bound)
+		}
 		report(c.t, s)
 		return
 	}
@@ -1068,6 +1077,12 @@ func (c *clusterRun) addFigures(s *chaos.Score, ls laneSample, lostModes []strin
 		s.Figure("drain_timed_out", true)
 	}
 }
+
+// downLatenessMargin is how much later than the node's return a deferral
+// due while it was down may run: one retry of the broker's dead-letter
+// worker (dead_letter_worker_publisher_confirm_timeout, 5 s on the local
+// cluster) and a second for the hops after it.
+const downLatenessMargin = 6 * time.Second
 
 // checkQuorum adds the quorum run's own checks: Run kept running, no
 // goroutine was left, the deferred jobs due while the node was down ran

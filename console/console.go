@@ -12,6 +12,7 @@ import (
 
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/inspect"
 )
 
 // Action names what a request would see or do, for Options.Authorize.
@@ -49,7 +50,7 @@ type Options struct {
 	// cannot tell (unacked messages, consumers, the hold queues and delay
 	// levels). Default: none; the pages then say what they cannot show.
 	// Ignored on the memory backend, which tells everything itself.
-	Management *Management
+	Management *inspect.Management
 	// Refresh is how often a page's live part is fetched again. Default
 	// DefaultRefresh.
 	Refresh time.Duration
@@ -70,7 +71,7 @@ type Console struct {
 	backend   broker.Backend
 	set       queuey.QueueSet
 	dead      *queuey.DeadLetters
-	inspector Inspector
+	inspector inspect.Inspector
 	opts      Options
 	clock     clock.Clock
 	log       *slog.Logger
@@ -97,10 +98,7 @@ func New(ctx context.Context, backend broker.Backend, set queuey.QueueSet, opts 
 	if c.opts.Refresh <= 0 {
 		c.opts.Refresh = DefaultRefresh
 	}
-	c.inspector = inspectorFor(backend)
-	if _, isMemory := c.inspector.(memoryInspector); !isMemory && c.opts.Management != nil {
-		c.inspector = c.opts.Management
-	}
+	c.inspector = inspect.For(backend, c.opts.Management)
 	pc := queuey.ProducerConfig{}
 	if c.opts.Producer != nil {
 		pc = *c.opts.Producer

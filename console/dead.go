@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/queuey-go/queuey"
-	"github.com/queuey-go/queuey/broker"
 )
 
 // pageSize is how many dead letters a page of the list shows.
@@ -57,8 +56,8 @@ func (c *Console) deadQueues(q *request) error {
 		return err
 	}
 	var rows []deadQueueRow
-	for _, qu := range c.set.Queues {
-		rows = append(rows, deadQueueRow{Name: qu.Name, Dead: readyOf(snap, broker.DeadQueueName(c.set.BrokerName(qu.Name)))})
+	for _, d := range snap.Depths(c.set) {
+		rows = append(rows, deadQueueRow{Name: d.Queue, Dead: d.Dead})
 	}
 	return q.render(200, "deadqueues", "Dead letters", rows)
 }

@@ -4,12 +4,13 @@ import (
 	"time"
 
 	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/inspect"
 )
 
 // waitsQueue is one work queue on the Waits page.
 type waitsQueue struct {
 	Name, BrokerName, Type string
-	Holds                  []holdView
+	Holds                  []inspect.Hold
 	Lane                   int // a quorum queue's top-priority lane: ready there; -1 unknown
 }
 
@@ -36,13 +37,13 @@ func (c *Console) waits(q *request) error {
 	if err != nil {
 		return err
 	}
-	d := waitsData{Known: snap.Complete, Limits: snap.Limits, Requests: snap.Requests, Orphans: unknown}
+	d := waitsData{Known: snap.Complete, Limits: snap.Limits, Requests: snap.Requests, Orphans: inspect.Unknown}
 	for _, qu := range c.set.Queues {
 		b := c.set.BrokerName(qu.Name)
 		f := snap.Queues[b]
-		w := waitsQueue{Name: qu.Name, BrokerName: b, Type: f.Type, Lane: unknown}
+		w := waitsQueue{Name: qu.Name, BrokerName: b, Type: f.Type, Lane: inspect.Unknown}
 		if snap.Complete {
-			w.Holds = holdsOf(b, snap)
+			w.Holds = snap.Holds(b)
 		}
 		if f.Type == "quorum" {
 			d.Quorum = true
@@ -59,7 +60,7 @@ func (c *Console) waits(q *request) error {
 }
 
 // levels are the quorum topology's delay levels, and its orphans.
-func levels(snap Snapshot) ([]levelView, int) {
+func levels(snap inspect.Snapshot) ([]levelView, int) {
 	var out []levelView
 	for n := range broker.DelayLevels {
 		name := broker.DelayLevelName(n)

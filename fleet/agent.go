@@ -25,6 +25,7 @@ type Worker interface {
 	Pause(ctx context.Context, name string, until time.Time) error
 	Resume(ctx context.Context, name string) error
 	Paused() map[string]time.Time
+	Schedules() []queuey.ScheduleStatus
 }
 
 // Options configure an Agent. A nil Options means every default.
@@ -32,8 +33,10 @@ type Options struct {
 	// Queues names the queues the worker consumes (WorkerConfig.Queues).
 	// Default: every queue of the set.
 	Queues []string
-	// Schedules are the schedules the worker was given (AddSchedule), to
-	// report. Default: none.
+	// Schedules are the schedules the worker was given (AddSchedule), for
+	// their timetables in the heartbeat. Default: none; a schedule of the
+	// worker's that is not here is reported without its timetable (who
+	// leads it and its ticks only).
 	Schedules []queuey.Schedule
 	// Interval is how often the heartbeat goes. Default DefaultInterval.
 	Interval time.Duration

@@ -26,9 +26,7 @@ func (s *agentState) heartbeat() Heartbeat {
 		h.Queues = append(h.Queues, r)
 	}
 	clear(s.late)
-	for _, sc := range a.opts.Schedules {
-		h.Schedules = append(h.Schedules, scheduleReport(sc, h.Sent))
-	}
+	h.Schedules = scheduleReports(a.opts.Schedules, s.w.Schedules(), h.Sent)
 	return h
 }
 

@@ -155,6 +155,26 @@
 // Worker.Run returns queuey.ErrHandlersStillRunning) ends its span and
 // leaves in_flight only if it ever returns.
 //
+// # Queue depths
+//
+// ObserveDepths adds gauges of what the broker itself holds for each
+// queue of a set, read at each collection (package inspect reads them):
+//
+//	queuey.queue.ready      gauge  {message}  on the work queue, waiting for a consumer
+//	queuey.queue.unacked    gauge  {message}  held by consumers, not yet settled
+//	queuey.queue.held       gauge  {message}  in the queue's hold queues
+//	queuey.queue.dead       gauge  {message}  in its dead-letter queue
+//	queuey.queue.suspects   gauge  {message}  in its suspects queue (WorkerConfig.PoisonAfter)
+//
+// They carry messaging.destination.name, as the job metrics do. Where the
+// jobs.held count above is what instrumented processes saw, these are the
+// broker's word, whoever published. A count the broker cannot tell is
+// not reported: on RabbitMQ without its management API, unacked and held;
+// for a quorum queue, held (its waits are in delay levels that every
+// quorum queue shares). One collection is one look at the broker for the
+// five gauges: nothing on the memory backend; on RabbitMQ one management
+// API request, or without it three passive declares a queue.
+//
 // # Concurrency and lifetime
 //
 // An Instrumentation's settings are fixed once New returns, and everything

@@ -63,11 +63,14 @@ type Backend struct {
 	mu     sync.Mutex
 	closed bool
 	// pub publishes and declares; sub carries the consumers, from the
-	// first Consume on. Apart, a broker alarm that blocks the publishing
-	// connection leaves the consumers free to ack (RabbitMQ blocks a whole
-	// connection, acks included, once it publishes during an alarm).
+	// first Consume on, and subMore those that do not fit on it, a
+	// connection each time the last is full (consumelinks.go). Apart, a
+	// broker alarm that blocks the publishing connection leaves the
+	// consumers free to ack (RabbitMQ blocks a whole connection, acks
+	// included, once it publishes during an alarm).
 	pub, sub     link
-	subStarted   bool
+	subMore      []*link
+	channelMax   uint16 // the broker's channel_max, from the first dial's handshake
 	declared     map[string]broker.QueueSpec
 	holdDeclared map[string]time.Time   // hold queue → when its last declare started
 	workChecks   map[string]*workChecks // work queue → its checks for Hold (workcheck.go)
@@ -82,10 +85,12 @@ type node struct {
 // link is one of the backend's connections, as its connection actor
 // keeps it. Backend.mu guards its fields.
 type link struct {
-	role  string        // "publish" or "consume", for the logs
-	name  string        // the connection_name the broker shows
-	conn  *session      // nil while disconnected
-	ready chan struct{} // closed while conn is set (or the backend is closed)
+	role       string        // "publish", "consume", "consume 2"..., for the logs
+	name       string        // the connection_name the broker shows
+	channelMax uint16        // the channel_max asked of the broker; 0: the broker's
+	started    bool          // its connection actor runs
+	conn       *session      // nil while disconnected
+	ready      chan struct{} // closed while conn is set (or the backend is closed)
 }
 
 var _ broker.Backend = (*Backend)(nil)
@@ -113,7 +118,7 @@ func DialCluster(ctx context.Context, urls []string, opts *Options) (*Backend, e
 	b := &Backend{
 		opts:         o,
 		pub:          link{role: "publish", name: o.ConnectionName, ready: make(chan struct{})},
-		sub:          link{role: "consume", name: o.ConnectionName + " (consume)", ready: make(chan struct{})},
+		sub:          link{role: "consume", name: consumeLinkName(o.ConnectionName, 0), channelMax: o.consumeChannelMax, ready: make(chan struct{})},
 		declared:     map[string]broker.QueueSpec{},
 		holdDeclared: map[string]time.Time{},
 		workChecks:   map[string]*workChecks{},
@@ -127,10 +132,12 @@ func DialCluster(ctx context.Context, urls []string, opts *Options) (*Backend, e
 		b.nodes, safe[i] = append(b.nodes, n), n.safeURL
 	}
 	b.safeURL = strings.Join(safe, ",")
-	first, _, err := b.dial(ctx, b.pub.name, 0)
+	first, _, err := b.dial(ctx, &b.pub, 0)
 	if err != nil {
 		return nil, err
 	}
+	b.channelMax = first.Config.ChannelMax
+	b.pub.started = true
 	b.runCtx, b.stop = context.WithCancel(context.Background())
 	b.superviseLocked(&b.pub, first)
 	return b, nil
@@ -516,27 +523,19 @@ func (b *Backend) consume(ctx context.Context, queue string, prefetch int, exclu
 		return nil, fmt.Errorf("rabbitmq: consume %q: prefetch %d is outside 1..65535", queue, prefetch)
 	}
 	b.mu.Lock()
-	if !b.closed && !b.subStarted {
-		b.subStarted = true
-		b.superviseLocked(&b.sub, nil)
-	}
-	b.mu.Unlock()
-	s, err := b.sessionOf(ctx, &b.sub)
-	if err != nil {
-		return nil, err
-	}
-	b.mu.Lock()
 	spec := b.declared[queue]
 	b.mu.Unlock()
-	if hasLane(spec) && !exclusive {
-		return s.consumeLaned(ctx, queue, prefetch)
-	}
-	if exclusive && b.queueType(queue) == broker.Quorum {
-		if err := b.aloneOn(ctx, s, queue); err != nil {
-			return nil, err
+	return b.consumeOn(ctx, queue, func(s *session, slot *channelSlot) (broker.Consumer, error) {
+		if hasLane(spec) && !exclusive {
+			return s.consumeLaned(ctx, slot, queue, prefetch)
 		}
-	}
-	return s.consume(ctx, queue, prefetch, exclusive)
+		if exclusive && b.queueType(queue) == broker.Quorum {
+			if err := b.aloneOn(ctx, s, queue); err != nil {
+				return nil, err
+			}
+		}
+		return s.consume(ctx, slot, queue, prefetch, exclusive)
+	})
 }
 
 // Close stops reconnecting, closes the connections (which ends every
@@ -549,7 +548,7 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
-	for _, l := range []*link{&b.pub, &b.sub} {
+	for _, l := range append([]*link{&b.pub, &b.sub}, b.subMore...) {
 		if l.conn == nil {
 			close(l.ready) // wake waiters; they see closed
 		}

@@ -50,15 +50,15 @@ func (c *connection) close() {
 	}
 }
 
-// dial connects to the first node, from start on in turn, that takes a
-// connection named name: a node that is down or refuses is passed over
-// for the next. It returns the node's index; when none took it, every
-// node's failure, joined (errors.Is finds ErrAccessRefused in them).
-func (b *Backend) dial(ctx context.Context, name string, start int) (*connection, int, error) {
+// dial connects l to the first node, from start on in turn, that takes
+// it: a node that is down or refuses is passed over for the next. It
+// returns the node's index; when none took it, every node's failure,
+// joined (errors.Is finds ErrAccessRefused in them).
+func (b *Backend) dial(ctx context.Context, l *link, start int) (*connection, int, error) {
 	errs := make([]error, 0, len(b.nodes))
 	for k := range b.nodes {
 		i := (start + k) % len(b.nodes)
-		conn, err := b.dialNode(ctx, name, b.nodes[i])
+		conn, err := b.dialNode(ctx, l, b.nodes[i])
 		if err == nil {
 			return conn, i, nil
 		}
@@ -73,10 +73,10 @@ func (b *Backend) dial(ctx context.Context, name string, start int) (*connection
 	return nil, start, fmt.Errorf("rabbitmq: no node took the connection: %w", errors.Join(errs...))
 }
 
-// dialNode opens one connection named name to n, or says clearly why it
-// could not. ctx bounds the whole of it, the AMQP handshake included,
-// which amqp091 runs without one.
-func (b *Backend) dialNode(ctx context.Context, name string, n node) (*connection, error) {
+// dialNode opens l's connection to n, or says clearly why it could not.
+// ctx bounds the whole of it, the AMQP handshake included, which amqp091
+// runs without one.
+func (b *Backend) dialNode(ctx context.Context, l *link, n node) (*connection, error) {
 	var socket *countedConn
 	var writer *socketWriter // over socket; amqp091 closes it with the connection
 	var unwatch func() bool  // ends the handshake's watch of ctx
@@ -84,7 +84,8 @@ func (b *Backend) dialNode(ctx context.Context, name string, n node) (*connectio
 		Heartbeat:       b.opts.Heartbeat,
 		Locale:          "en_US",
 		TLSClientConfig: b.opts.TLS,
-		Properties:      amqp.Table{"connection_name": name, "product": "queuey"},
+		ChannelMax:      l.channelMax, // the broker's, when lower
+		Properties:      amqp.Table{"connection_name": l.name, "product": "queuey"},
 		Dial: func(network, addr string) (net.Conn, error) {
 			timeout := 30 * b.opts.Heartbeat / 10
 			d := net.Dialer{Timeout: timeout}
@@ -233,7 +234,7 @@ func (a *connectionActor) Run(ctx context.Context) error {
 		if a.dialed {
 			start++
 		}
-		if conn, a.node, err = b.dial(ctx, l.name, start); err != nil {
+		if conn, a.node, err = b.dial(ctx, l, start); err != nil {
 			if err.Error() != a.lastErr { // once per distinct cause: no log storm
 				log.Warn("rabbitmq connect failed; retrying with backoff", "error", err)
 				a.lastErr = err.Error()
@@ -345,8 +346,12 @@ type session struct {
 	declSem        chan struct{} // one declare at a time on declCh, which it guards
 	declCh         *amqp.Channel
 	delaysDeclared atomic.Bool // the delay levels, on this connection (quorum.go)
-	closeMu        sync.Mutex
-	backendClosed  bool // closed because the backend is, not because the connection was lost
+	// consumerSlots holds a token per consumer channel open: as many as
+	// the connection's channel_max, less those kept for the backend's
+	// own (consumelinks.go).
+	consumerSlots chan struct{}
+	closeMu       sync.Mutex
+	backendClosed bool // closed because the backend is, not because the connection was lost
 
 	blockMu   sync.Mutex
 	blockedBy string        // the broker's reason while it blocks publishes
@@ -388,11 +393,16 @@ func (s *session) waitAside() {
 }
 
 func newSession(conn *connection, pubs int, log *slog.Logger) *session {
+	var channelMax uint16 // as the handshake agreed it
+	if conn.Connection != nil {
+		channelMax = conn.Config.ChannelMax
+	}
 	return &session{
 		conn: conn.Connection, socket: conn.socket, log: log,
 		pubs:    make([]atomic.Pointer[publisher], pubs),
 		opening: make(chan struct{}, 1), declSem: make(chan struct{}, 1),
-		unblocked: closedChan(), gone: make(chan struct{}),
+		consumerSlots: make(chan struct{}, consumerChannels(channelMax, 0)),
+		unblocked:     closedChan(), gone: make(chan struct{}),
 	}
 }
 
@@ -855,8 +865,8 @@ func inequivalent(name, reason string) error {
 	default:
 		hint = "it was declared otherwise than queuey declares it, by another program or by hand"
 	}
-	return fmt.Errorf("%w: queue %q exists with %s (%s); drain and delete it, or declare it as it is: %s",
-		broker.ErrPreconditionFailed, name, differs, reason, hint)
+	return &broker.InequivalentError{Queue: name, Arg: arg, Err: fmt.Errorf("%w: queue %q exists with %s (%s); drain and delete it, or declare it as it is: %s",
+		broker.ErrPreconditionFailed, name, differs, reason, hint)}
 }
 
 // depth passive-declares queue on the declaration channel (onDeclCh),

@@ -672,9 +672,10 @@ func TestABatchWaitingForABlockGoesOnTheNextConnection(t *testing.T) {
 func dialToBlock(t *testing.T, name string) (_ *proxy, _ *rabbitmq.Backend, queue string, told <-chan struct{}) {
 	t.Helper()
 	seen := make(chan struct{}, 1)
-	logger := slog.New(&noticeHandler{text: "rabbitmq blocked the connection", seen: seen})
+	h := &noticeHandler{text: "rabbitmq blocked the connection", seen: seen, heard: make(chan struct{})}
 	p, b, queue := dialThroughProxy(t, name, &rabbitmq.Options{
-		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, Logger: logger})
+		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, Logger: slog.New(h)})
+	p.blockHeard = h.heard
 	return p, b, queue, seen
 }
 
@@ -690,10 +691,13 @@ func await(t *testing.T, c <-chan struct{}, what string) {
 }
 
 // noticeHandler is a slog.Handler that sends on seen (without waiting)
-// for each record whose message contains text, and drops every record.
+// for each record whose message contains text, closes heard (if set) at
+// the first, and drops every record.
 type noticeHandler struct {
-	text string
-	seen chan struct{}
+	text  string
+	seen  chan struct{}
+	heard chan struct{}
+	once  sync.Once
 }
 
 func (h *noticeHandler) Enabled(context.Context, slog.Level) bool { return true }
@@ -704,6 +708,9 @@ func (h *noticeHandler) Handle(_ context.Context, r slog.Record) error {
 		select {
 		case h.seen <- struct{}{}:
 		default:
+		}
+		if h.heard != nil {
+			h.once.Do(func() { close(h.heard) })
 		}
 	}
 	return nil
@@ -802,7 +809,12 @@ type proxy struct {
 	accepted atomic.Int64  // connections the proxy took
 	held     chan struct{} // a token each time bytes to the broker wait in a stall
 	trap     atomic.Pointer[declareTrap]
-	answers  map[[2]uint16]chan struct{} // see awaitAnswer; under mu
+	// blockHeard, when set, is closed once the backend has taken in a
+	// block: a sprung trap holds the declare back until then, so that the
+	// client's next call after the declare's answer meets the block
+	// (the backend follows blocks on a goroutine of its own).
+	blockHeard <-chan struct{}
+	answers    map[[2]uint16]chan struct{} // see awaitAnswer; under mu
 }
 
 // stall holds every byte on its way to the broker, as a congested network
@@ -925,6 +937,12 @@ func (p *proxy) springTrap(client net.Conn) {
 	if trap := p.trap.Load(); trap != nil && trap.state.CompareAndSwap(0, 1) {
 		_, _ = client.Write(connectionBlocked)
 		close(trap.sprung)
+		if p.blockHeard != nil {
+			select {
+			case <-p.blockHeard:
+			case <-time.After(5 * time.Second): // the test's await says it
+			}
+		}
 	}
 }
 

@@ -32,6 +32,7 @@ var ErrConsumerCancelled = errors.New("rabbitmq: the broker cancelled the consum
 type consumer struct {
 	queue string
 	ch    *amqp.Channel
+	slot  *channelSlot // ch's, of its connection's channels: released once ch is closed
 	out   chan broker.Delivery
 	stop  chan struct{}
 	ended chan struct{}
@@ -46,8 +47,8 @@ type consumer struct {
 	err       error // set before ended is closed
 }
 
-func (s *session) consume(ctx context.Context, queue string, prefetch int, exclusive bool) (broker.Consumer, error) {
-	cs, err := s.consumeAll(ctx, []string{queue}, []int{prefetch}, exclusive)
+func (s *session) consume(ctx context.Context, slot *channelSlot, queue string, prefetch int, exclusive bool) (broker.Consumer, error) {
+	cs, err := s.consumeAll(ctx, slot, []string{queue}, []int{prefetch}, exclusive)
 	if err != nil {
 		return nil, err
 	}
@@ -55,22 +56,25 @@ func (s *session) consume(ctx context.Context, queue string, prefetch int, exclu
 }
 
 // consumeAll starts a consumer of each of queues, in order, on one channel,
-// with basic.qos(prefetches[i]) for each. A laned consumer's lane comes
+// the one slot takes, with basic.qos(prefetches[i]) for each. A laned
+// consumer's lane comes
 // first: the broker then starts delivering it first, and its consumer's
 // goroutine takes its deliveries while the next queue's consumer starts,
 // so that they are ready before any of the next queue's arrive.
-func (s *session) consumeAll(ctx context.Context, queues []string, prefetches []int, exclusive bool) ([]*consumer, error) {
-	var ch *amqp.Channel
+func (s *session) consumeAll(ctx context.Context, slot *channelSlot, queues []string, prefetches []int, exclusive bool) ([]*consumer, error) {
+	var on consumeChannel
 	var cs []*consumer
 	err := s.guard(ctx, callRequest, "consume", queues[0], func() (err error) {
-		if ch, err = s.conn.Channel(); err != nil {
+		ch, err := s.conn.Channel()
+		if err != nil {
 			return err
 		}
+		on = consumeChannel{ch: ch, slot: slot, consumers: len(queues)}
 		for i, queue := range queues {
 			var c *consumer
-			if c, err = s.startConsumer(ch, queue, prefetches[i], exclusive, len(queues)); err != nil {
-				cancelAll(cs, ch)
-				ch, cs = nil, nil
+			if c, err = s.startConsumer(on, queue, prefetches[i], exclusive); err != nil {
+				on.cancelAll(cs)
+				on, cs = consumeChannel{}, nil
 				return err
 			}
 			cs = append(cs, c)
@@ -78,17 +82,26 @@ func (s *session) consumeAll(ctx context.Context, queues []string, prefetches []
 		return nil
 	})
 	if err != nil {
-		if ch != nil { // it got through, just as guard gave the connection up
-			cancelAll(cs, ch)
+		if on.ch != nil { // it got through, just as guard gave the connection up
+			on.cancelAll(cs)
 		}
 		return nil, consumeError(queues, err)
 	}
 	return cs, nil
 }
 
-// startConsumer consumes queue on ch, one of consumers on it, and starts
-// the goroutine that hands out its deliveries.
-func (s *session) startConsumer(ch *amqp.Channel, queue string, prefetch int, exclusive bool, consumers int) (*consumer, error) {
+// consumeChannel is a channel opened for consumers: its slot of the
+// connection's channels, and how many consume on it.
+type consumeChannel struct {
+	ch        *amqp.Channel
+	slot      *channelSlot
+	consumers int
+}
+
+// startConsumer consumes queue on on.ch, one of on.consumers on it, and
+// starts the goroutine that hands out its deliveries.
+func (s *session) startConsumer(on consumeChannel, queue string, prefetch int, exclusive bool) (*consumer, error) {
+	ch := on.ch
 	if err := ch.Qos(prefetch, 0, false); err != nil {
 		return nil, err
 	}
@@ -97,22 +110,23 @@ func (s *session) startConsumer(ch *amqp.Channel, queue string, prefetch int, ex
 	if err != nil {
 		return nil, err
 	}
-	c := &consumer{tag: tag, queue: queue, ch: ch,
+	c := &consumer{tag: tag, queue: queue, ch: ch, slot: on.slot,
 		out: make(chan broker.Delivery), stop: make(chan struct{}), ended: make(chan struct{})}
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	// amqp091 tells of a basic.cancel from the broker here before it ends
 	// the deliveries; each consumer of the channel needs room.
-	c.brokerCancel = ch.NotifyCancel(make(chan string, consumers))
+	c.brokerCancel = ch.NotifyCancel(make(chan string, on.consumers))
 	go c.run(deliveries, closed, s)
 	return c, nil
 }
 
-// cancelAll cancels the consumers started on ch, and closes ch.
-func cancelAll(cs []*consumer, ch *amqp.Channel) {
+// cancelAll cancels the consumers started on the channel, and closes it.
+func (on consumeChannel) cancelAll(cs []*consumer) {
 	for _, c := range cs {
 		c.Cancel()
 	}
-	_ = ch.Close()
+	_ = on.ch.Close()
+	on.slot.release()
 }
 
 // notFound is what a NOT_FOUND about a queue means: that its node is down
@@ -151,6 +165,9 @@ func (c *consumer) run(deliveries <-chan amqp.Delivery, closed <-chan *amqp.Erro
 					// Its channel outlives a broker's cancel: closed, not
 					// left open for each time the queue is deleted.
 					_ = c.ch.Close()
+				}
+				if c.ch.IsClosed() { // by the broker, or above; after a Stop it stays open to settle
+					c.slot.release()
 				}
 				return
 			}
@@ -247,6 +264,7 @@ func (c *consumer) Cancel() {
 		c.cancelled.Store(true)
 		close(c.stop)
 		_ = c.ch.Close()
+		c.slot.release()
 		<-c.ended
 	})
 }

@@ -17,11 +17,14 @@
 // DialCluster takes a URL per node of a cluster and fails over between
 // them.
 //
-// The backend owns up to two connections: one that publishes and declares,
-// opened by Dial, and one for the consumers, opened by the first Consume.
-// Kept apart, a broker alarm (which blocks a connection once it publishes,
-// acks included) holds up only the publishes, never the consumers' acks.
-// For each, a connection actor run by a supervisor dials it, drains its
+// The backend owns a connection that publishes and declares, opened by
+// Dial, and connections for the consumers, the first opened by the first
+// Consume and another each time those open have no channel left for one
+// more consumer (a connection has the broker's channel_max, less one the
+// backend keeps; at most 16 consume connections: MaxConsumers;
+// consumelinks.go). Kept apart, a broker alarm (which blocks a connection
+// once it publishes, acks included) holds up only the publishes, never
+// the consumers' acks. For each, a connection actor run by a supervisor dials it, drains its
 // notifications and, when it is lost, dials again with jittered, capped
 // backoff (the publishing one also redeclares the topology); calls made
 // meanwhile wait for it, bounded by their ctx. A call amqp091 gives no ctx

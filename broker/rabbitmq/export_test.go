@@ -21,3 +21,9 @@ func Written(b *Backend) int64 {
 	}
 	return s.written()
 }
+
+// SetConsumeChannelMax has o's consume connections ask the broker for a
+// channel_max of n, below its own: so many consumers (less the backend's
+// own channel) on each, which spreads a few hundred queues over several
+// connections without changing the broker's settings.
+func SetConsumeChannelMax(o *Options, n uint16) { o.consumeChannelMax = n }

@@ -35,23 +35,25 @@ func rabbitmqctl(t *testing.T, args ...string) string {
 	return string(out)
 }
 
-// queueInfo is one row of `rabbitmqctl list_queues name arguments durable messages`.
+// queueInfo is one row of `rabbitmqctl list_queues name arguments durable messages consumers`.
 type queueInfo struct {
 	Name      string
 	Arguments map[string]any
 	Durable   bool
 	Messages  int
+	Consumers int
 }
 
 // listQueues reads back the queues whose names start with prefix.
 func listQueues(t *testing.T, prefix string) map[string]queueInfo {
 	t.Helper()
-	out := rabbitmqctl(t, "list_queues", "name", "arguments", "durable", "messages", "--formatter", "json", "--quiet")
+	out := rabbitmqctl(t, "list_queues", "name", "arguments", "durable", "messages", "consumers", "--formatter", "json", "--quiet")
 	var rows []struct {
 		Name      string  `json:"name"`
 		Arguments [][]any `json:"arguments"`
 		Durable   bool    `json:"durable"`
 		Messages  int     `json:"messages"`
+		Consumers int     `json:"consumers"`
 	}
 	if err := json.Unmarshal([]byte(out[strings.Index(out, "["):]), &rows); err != nil {
 		t.Fatalf("list_queues output: %v\n%s", err, out)
@@ -61,7 +63,7 @@ func listQueues(t *testing.T, prefix string) map[string]queueInfo {
 		if !strings.HasPrefix(r.Name, prefix) {
 			continue
 		}
-		info := queueInfo{Name: r.Name, Arguments: map[string]any{}, Durable: r.Durable, Messages: r.Messages}
+		info := queueInfo{Name: r.Name, Arguments: map[string]any{}, Durable: r.Durable, Messages: r.Messages, Consumers: r.Consumers}
 		for _, a := range r.Arguments { // [name, type, value]
 			info.Arguments[a[0].(string)] = a[2]
 		}

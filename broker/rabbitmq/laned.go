@@ -29,11 +29,11 @@ type lanedConsumer struct {
 }
 
 // consumeLaned starts a laned consumer of queue.
-func (s *session) consumeLaned(ctx context.Context, queue string, prefetch int) (broker.Consumer, error) {
+func (s *session) consumeLaned(ctx context.Context, slot *channelSlot, queue string, prefetch int) (broker.Consumer, error) {
 	// The lane's consumer has twice the prefetch: with every credit out on
 	// lane deliveries, the broker has sent the next ones already, and
 	// they go before a backlog delivery held here at the next settle.
-	cs, err := s.consumeAll(ctx, []string{broker.LaneQueueName(queue), queue}, []int{min(2*prefetch, math.MaxUint16), prefetch}, false)
+	cs, err := s.consumeAll(ctx, slot, []string{broker.LaneQueueName(queue), queue}, []int{min(2*prefetch, math.MaxUint16), prefetch}, false)
 	if err != nil {
 		return nil, err
 	}

@@ -13,8 +13,8 @@ import (
 // Options configures a Backend. A nil Options means every default.
 type Options struct {
 	// ConnectionName is shown in the broker's management UI for the
-	// publishing connection; the consumers' connection shows it followed
-	// by " (consume)". Default "queuey".
+	// publishing connection; the consumers' connections show it followed
+	// by " (consume)", " (consume 2)" and so on. Default "queuey".
 	ConnectionName string
 	// PublishChannels is the size of the confirm-channel pool. Default 4.
 	PublishChannels int
@@ -32,6 +32,12 @@ type Options struct {
 	Clock clock.Clock
 	// Logger receives connection events. Default slog.Default().
 	Logger *slog.Logger
+
+	// consumeChannelMax, when set, is the channel_max the consume
+	// connections ask of the broker, below the broker's own: a test's
+	// way to spread few consumers over many connections
+	// (SetConsumeChannelMax) without changing the broker's settings.
+	consumeChannelMax uint16
 }
 
 func (o *Options) withDefaults() Options {

@@ -28,12 +28,10 @@ import (
 // target is what every dead-letter command is about: a broker and one
 // queue of a queue set.
 type target struct {
-	url         string
-	prefix      string
-	queue       string
-	maxPriority int
-	transient   bool
-	messageTTL  time.Duration
+	url    string
+	prefix string
+	queue  string
+	decl   declared
 }
 
 func (t *target) register(fs *flag.FlagSet) {
@@ -42,21 +40,16 @@ func (t *target) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.url, "url", "", "AMQP URL of the broker (default $QUEUEY_AMQP_URL, else the local broker at 127.0.0.1:5672 as guest)")
 	fs.StringVar(&t.prefix, "prefix", "", "the queue set's prefix: the queue is <prefix>.<queue>")
 	fs.StringVar(&t.queue, "queue", "", "the queue's name within its set (required)")
-	fs.IntVar(&t.maxPriority, "max-priority", 0, "the queue's max priority: 0 for the library default (10), -1 for none, else 1..255; it must match the queue's x-max-priority")
-	fs.BoolVar(&t.transient, "transient", false, "the queue is transient (Queue.Transient): not durable")
-	fs.DurationVar(&t.messageTTL, "message-ttl", 0, "the queue's message TTL (Queue.MessageTTL), if it has one")
+	t.decl.register(fs)
 }
 
 // check reports a usage error, and fills in the URL.
-func (t *target) check() error {
+func (t *target) check(fs *flag.FlagSet) error {
 	if t.queue == "" {
 		return errors.New("-queue is required")
 	}
-	if t.maxPriority < queuey.NoPriorities || t.maxPriority > 255 {
-		return fmt.Errorf("-max-priority %d is outside -1..255", t.maxPriority)
-	}
-	if t.messageTTL < 0 {
-		return fmt.Errorf("-message-ttl %v is negative", t.messageTTL)
+	if err := t.decl.check(fs); err != nil {
+		return err
 	}
 	if err := broker.ValidateQueueName(t.brokerName()); err != nil {
 		return fmt.Errorf("-prefix and -queue: %w", err)
@@ -91,16 +84,16 @@ func (t *target) open(ctx context.Context, stderr io.Writer) (*queuey.DeadLetter
 		}
 		return nil, nil, err
 	}
-	set := queuey.QueueSet{Prefix: t.prefix, Queues: []queuey.Queue{
-		{Name: t.queue, MaxPriority: t.maxPriority, Transient: t.transient, MessageTTL: t.messageTTL}}}
+	q, unknown, err := t.decl.queue(ctx, t.decl.api(t.url), t.prefix, t.queue)
+	if err != nil {
+		backend.Close()
+		return nil, nil, err
+	}
+	set := queuey.QueueSet{Prefix: t.prefix, Queues: []queuey.Queue{q}}
 	dl, err := queuey.NewDeadLetters(ctx, backend, set, &queuey.ProducerConfig{Logger: logger})
 	if err != nil {
 		backend.Close()
-		if errors.Is(err, broker.ErrPreconditionFailed) {
-			err = fmt.Errorf("%w\nnothing was changed; give the queue's settings as its queue set has them: "+
-				"-max-priority (-1 for a queue without priorities), -transient, -message-ttl", err)
-		}
-		return nil, nil, err
+		return nil, nil, t.decl.explain(err, t.brokerName(), q, unknown)
 	}
 	return dl, backend, nil
 }
@@ -157,14 +150,14 @@ func (c *command) fail(err error) int {
 }
 
 func deadList(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := newCommand("list", "queuey dead list -queue NAME [-prefix P] [-max-priority N] [-transient] [-message-ttl D] [-url URL] [-json]", stdout, stderr)
+	c := newCommand("list", "queuey dead list -queue NAME [-prefix P] [-url URL] [-management URL|off] [-type T] [-max-priority N] [-transient] [-message-ttl D] [-json]", stdout, stderr)
 	var t target
 	t.register(c.fs)
 	asJSON := c.fs.Bool("json", false, "print one JSON object per dead letter, one a line")
 	if status, ok := c.parse(args); !ok {
 		return status
 	}
-	if err := t.check(); err != nil {
+	if err := t.check(c.fs); err != nil {
 		return c.usageError(err)
 	}
 
@@ -261,14 +254,14 @@ func jsonOf(d queuey.DeadLetter) jsonDeadLetter {
 }
 
 func deadShow(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := newCommand("show", "queuey dead show -queue NAME -id JOBID [-prefix P] [-max-priority N] [-transient] [-message-ttl D] [-url URL]", stdout, stderr)
+	c := newCommand("show", "queuey dead show -queue NAME -id JOBID [-prefix P] [-url URL] [-management URL|off] [-type T] [-max-priority N] [-transient] [-message-ttl D]", stdout, stderr)
 	var t target
 	t.register(c.fs)
 	id := c.fs.String("id", "", "the job id of the dead letter to show (required)")
 	if status, ok := c.parse(args); !ok {
 		return status
 	}
-	if err := t.check(); err != nil {
+	if err := t.check(c.fs); err != nil {
 		return c.usageError(err)
 	}
 	if *id == "" {
@@ -322,7 +315,7 @@ func printDeadLetter(w io.Writer, d queuey.DeadLetter, queue string) {
 // pipe on.
 func deadReplay(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	c := newCommand("replay",
-		"queuey dead replay -queue NAME (-id ID[,ID...] | -kind KIND | -all) [-after 30s] [-yes] [-prefix P] [-max-priority N] [-transient] [-message-ttl D] [-url URL]",
+		"queuey dead replay -queue NAME (-id ID[,ID...] | -kind KIND | -all) [-after 30s] [-yes] [-prefix P] [-url URL] [-management URL|off] [-type T] [-max-priority N] [-transient] [-message-ttl D]",
 		stdout, stderr)
 	var t target
 	t.register(c.fs)
@@ -334,7 +327,7 @@ func deadReplay(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if status, ok := c.parse(args); !ok {
 		return status
 	}
-	if err := t.check(); err != nil {
+	if err := t.check(c.fs); err != nil {
 		return c.usageError(err)
 	}
 	sel, what, wantIDs, err := selection(*ids, *kind, *all)

@@ -1,9 +1,9 @@
 // Command queuey inspects and replays the dead letters of a queuey queue on
-// RabbitMQ.
+// RabbitMQ, and serves the operator's console (queuey web).
 //
-//	queuey dead list   -queue NAME [-prefix P] [-max-priority N] [-transient] [-message-ttl D] [-json]
-//	queuey dead show   -queue NAME [-prefix P] [-max-priority N] [-transient] [-message-ttl D] -id JOBID
-//	queuey dead replay -queue NAME [-prefix P] [-max-priority N] [-transient] [-message-ttl D] (-id ID[,ID...] | -kind KIND | -all) [-after 30s] [-yes]
+//	queuey dead list   -queue NAME [-prefix P] [-json]
+//	queuey dead show   -queue NAME [-prefix P] -id JOBID
+//	queuey dead replay -queue NAME [-prefix P] (-id ID[,ID...] | -kind KIND | -all) [-after 30s] [-yes]
 //
 // Every subcommand also takes -url; the broker is -url, else
 // $QUEUEY_AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/. Its password is
@@ -11,10 +11,17 @@
 //
 // The queue is <prefix>.<name>, its dead letters <prefix>.<name>.dead. A
 // queue that does not exist is an error, and is not created. One that
-// exists is declared as -max-priority (0, the default, means the
-// library's default of 10; -1 a queue without priorities), -transient and
-// -message-ttl say, because a replay publishes into it; a queue declared
-// otherwise is refused with PRECONDITION_FAILED, and nothing is changed.
+// exists is declared as the broker has it, because a replay publishes
+// into it: its type (classic or quorum), max priority, message TTL and
+// durability are read from RabbitMQ's management API (-management,
+// default http://127.0.0.1:15672, with the AMQP URL's credentials).
+// Without the API (-management off, or one that cannot be read) AMQP
+// tells only that the queue exists, and the flags -type, -max-priority
+// (0, the default, means the library's default of 10; -1 a queue without
+// priorities), -transient and -message-ttl say the rest; given with the
+// API, they override what it tells. A queue declared otherwise is refused
+// with PRECONDITION_FAILED, nothing is changed, and the error names the
+// flag that fixes it.
 //
 // -queue names the work queue, never its dead-letter or hold queues.
 //
@@ -72,9 +79,13 @@ func main() {
 const topUsage = `usage: queuey dead <list|show|replay> [flags]
        queuey web [-demo] [flags]
 
-  queuey dead list   -queue NAME [-prefix P] [-max-priority N] [-transient] [-message-ttl D] [-json]
-  queuey dead show   -queue NAME [-prefix P] [-max-priority N] [-transient] [-message-ttl D] -id JOBID
-  queuey dead replay -queue NAME [-prefix P] [-max-priority N] [-transient] [-message-ttl D] (-id ID[,ID...] | -kind KIND | -all) [-after 30s] [-yes]
+  queuey dead list   -queue NAME [-prefix P] [-json]
+  queuey dead show   -queue NAME [-prefix P] -id JOBID
+  queuey dead replay -queue NAME [-prefix P] (-id ID[,ID...] | -kind KIND | -all) [-after 30s] [-yes]
+
+Each queue's declaration (type, priorities, TTL, durability) is read
+from RabbitMQ's management API (-management); without it, or to
+override it: -type, -max-priority, -transient, -message-ttl.
 
 Lists (text or -json), a dead letter shown and -h's usage go to stdout;
 everything else (a replay's question, progress and result, notices,

@@ -605,47 +605,6 @@ func TestConnectionErrorsExit1WithoutThePassword(t *testing.T) {
 	})
 }
 
-func TestAMaxPriorityMismatchIsRefused(t *testing.T) {
-	f := newFixture(t, queuey.Queue{Name: "plain", MaxPriority: queuey.NoPriorities})
-
-	r := cli(t, "", f.args("list")...)
-	if r.code != exitError {
-		t.Errorf("exit %d, want 1", r.code)
-	}
-	for _, want := range []string{"PRECONDITION_FAILED", f.queue, "-max-priority"} {
-		if !strings.Contains(r.stderr, want) {
-			t.Errorf("stderr lacks %q", want)
-		}
-	}
-
-	r = cli(t, "", f.args("list", "-max-priority", "-1")...)
-	if r.code != exitOK || !strings.HasPrefix(r.stdout, "no dead letters in ") {
-		t.Errorf("with -max-priority -1: exit %d, stdout %q; want 0 and no dead letters", r.code, r.stdout)
-	}
-}
-
-// A transient queue with a message TTL (Queue.Transient, Queue.MessageTTL)
-// is refused until the command is given those settings too, and the
-// refusal says which flags there are and that nothing was changed.
-func TestATransientQueueWithATTLCanBeInspected(t *testing.T) {
-	f := newFixture(t, queuey.Queue{Name: "brief", Transient: true, MessageTTL: time.Minute})
-
-	r := cli(t, "", f.args("list")...)
-	if r.code != exitError {
-		t.Errorf("exit %d, want 1", r.code)
-	}
-	for _, want := range []string{"PRECONDITION_FAILED", "nothing was changed", "-transient", "-message-ttl"} {
-		if !strings.Contains(r.stderr, want) {
-			t.Errorf("stderr lacks %q: %s", want, r.stderr)
-		}
-	}
-
-	r = cli(t, "", f.args("list", "-transient", "-message-ttl", "1m")...)
-	if r.code != exitOK || !strings.HasPrefix(r.stdout, "no dead letters in ") {
-		t.Errorf("with -transient -message-ttl 1m: exit %d, stdout %q, stderr %q; want 0 and no dead letters", r.code, r.stdout, r.stderr)
-	}
-}
-
 func TestAQueueThatIsNotThereIsNotCreated(t *testing.T) {
 	f := newFixture(t, jobs)
 	f.set.Prefix += "-typo"

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -20,11 +19,14 @@ import (
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/rabbitmq"
 	"github.com/queuey-go/queuey/console"
+	"github.com/queuey-go/queuey/inspect"
 )
 
-const webUsage = `usage: queuey web [-demo] [-url URL] [-prefix P] [-queues a,b] [-max-priority N] [-transient] [-listen ADDR] [-management URL] [-read-only]
+const webUsage = `usage: queuey web [-demo] [-url URL] [-prefix P] [-queues a,b] [-listen ADDR] [-management URL|off] [-read-only]
 
-Serves the operator's console. -demo serves it on the in-memory backend
+Serves the operator's console. Each queue's declaration is read from
+RabbitMQ's management API; without it, or to override it for every
+queue: -type, -max-priority, -transient, -message-ttl. -demo serves it on the in-memory backend
 with jobs flowing, deferring, failing and a schedule ticking: no broker.
 A -listen address that is not loopback needs a credential in
 $QUEUEY_WEB_TOKEN (sent as a bearer token, or as basic auth's password).
@@ -32,10 +34,10 @@ $QUEUEY_WEB_TOKEN (sent as a bearer token, or as basic auth's password).
 
 // webFlags are queuey web's flags.
 type webFlags struct {
-	demo, readOnly, transient bool
-	url, prefix, queues       string
-	listen, management        string
-	maxPriority               int
+	demo, readOnly      bool
+	url, prefix, queues string
+	listen              string
+	decl                declared
 }
 
 func parseWeb(args []string, stderr io.Writer) (webFlags, error) {
@@ -47,10 +49,8 @@ func parseWeb(args []string, stderr io.Writer) (webFlags, error) {
 	fs.StringVar(&f.url, "url", "", "AMQP URL of the broker (default $QUEUEY_AMQP_URL, else the local broker at 127.0.0.1:5672 as guest)")
 	fs.StringVar(&f.prefix, "prefix", "", "the queue set's prefix")
 	fs.StringVar(&f.queues, "queues", "", "the set's queue names, comma-separated (required without -demo)")
-	fs.IntVar(&f.maxPriority, "max-priority", 0, "the queues' max priority: 0 for the library default (10), -1 for none")
-	fs.BoolVar(&f.transient, "transient", false, "the queues are transient (not durable)")
+	f.decl.register(fs)
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:0", "address to serve on (port 0: a free one, printed at start)")
-	fs.StringVar(&f.management, "management", "http://127.0.0.1:15672", "RabbitMQ's management API (the AMQP URL's credentials are used); \"off\" for none")
 	fs.BoolVar(&f.readOnly, "read-only", false, "refuse every replay, delete, pause and resume")
 	if err := fs.Parse(args); err != nil {
 		return f, err
@@ -58,7 +58,7 @@ func parseWeb(args []string, stderr io.Writer) (webFlags, error) {
 	if !f.demo && strings.TrimSpace(f.queues) == "" {
 		return f, errors.New("-queues is required (or -demo)")
 	}
-	return f, nil
+	return f, f.decl.check(fs)
 }
 
 // web is the queuey web command.
@@ -156,41 +156,55 @@ func openConsole(ctx context.Context, f webFlags, logger *slog.Logger) (http.Han
 	if err != nil {
 		return nil, nil, err
 	}
-	set := queuey.QueueSet{Prefix: f.prefix}
-	for _, n := range strings.Split(f.queues, ",") {
-		n = strings.TrimSpace(n)
-		if _, err := backend.Depth(ctx, broker.QueueName(f.prefix, n)); err != nil {
-			backend.Close()
-			return nil, nil, fmt.Errorf("queue %q: %w (check -prefix and -queues); nothing was created", broker.QueueName(f.prefix, n), err)
-		}
-		set.Queues = append(set.Queues, queuey.Queue{Name: n, MaxPriority: f.maxPriority, Transient: f.transient})
+	api := f.decl.api(raw)
+	set, learned, err := webSet(ctx, backend, api, f)
+	if err != nil {
+		backend.Close()
+		return nil, nil, err
 	}
-	opts := &console.Options{ReadOnly: f.readOnly, Logger: logger, Producer: &queuey.ProducerConfig{Logger: logger}}
-	if f.management != "off" {
-		opts.Management = management(f.management, raw)
-	}
+	opts := &console.Options{ReadOnly: f.readOnly, Logger: logger, Producer: &queuey.ProducerConfig{Logger: logger}, Management: api}
 	c, err := console.New(ctx, backend, set, opts)
 	if err != nil {
 		backend.Close()
+		var ie *broker.InequivalentError
+		if errors.As(err, &ie) {
+			if l, ok := learned[ie.Queue]; ok {
+				err = f.decl.explain(err, ie.Queue, l.q, l.unknown)
+			}
+		}
 		return nil, nil, err
 	}
 	return runConsole(ctx, c, func() { backend.Close() })
 }
 
-// management is the management API at api with the AMQP URL's
-// credentials and virtual host.
-func management(api, amqpURL string) *console.Management {
-	m := &console.Management{URL: api, User: "guest", Password: "guest"}
-	if u, err := url.Parse(amqpURL); err == nil {
-		if u.User != nil {
-			m.User = u.User.Username()
-			m.Password, _ = u.User.Password()
+// learnedQueue is a queue of the console's set as the broker's declaration
+// and the flags say it, and why the declaration is not known ("" when
+// it is).
+type learnedQueue struct {
+	q       queuey.Queue
+	unknown string
+}
+
+// webSet is the set of the queues -queues names, each as the broker
+// declared it, by broker name too. A queue that does not exist is an
+// error: nothing is created.
+func webSet(ctx context.Context, backend *rabbitmq.Backend, api *inspect.Management, f webFlags) (queuey.QueueSet, map[string]learnedQueue, error) {
+	set := queuey.QueueSet{Prefix: f.prefix}
+	learned := map[string]learnedQueue{}
+	for n := range strings.SplitSeq(f.queues, ",") {
+		n = strings.TrimSpace(n)
+		b := broker.QueueName(f.prefix, n)
+		if _, err := backend.Depth(ctx, b); err != nil {
+			return set, nil, fmt.Errorf("queue %q: %w (check -prefix and -queues); nothing was created", b, err)
 		}
-		if v := strings.TrimPrefix(u.Path, "/"); v != "" {
-			m.VHost, _ = url.PathUnescape(v)
+		q, unknown, err := f.decl.queue(ctx, api, f.prefix, n)
+		if err != nil {
+			return set, nil, err
 		}
+		set.Queues = append(set.Queues, q)
+		learned[b] = learnedQueue{q, unknown}
 	}
-	return m
+	return set, learned, nil
 }
 
 // runConsole runs c's listener until stop, then closes.

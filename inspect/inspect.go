@@ -1,19 +1,24 @@
-package console
+package inspect
 
 import (
 	"context"
 	"errors"
 	"time"
 
+	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/memory"
 )
 
-// Facts are what a broker tells of one of its queues. A count the broker
-// cannot tell is -1.
+// Unknown is a count the broker cannot tell.
+const Unknown = -1
+
+// Facts are what a broker tells of one of its queues. A count it cannot
+// tell is Unknown.
 type Facts struct {
 	Ready, Unacked, Consumers int
-	// Type is the queue's type, when the broker says.
+	// Type is the queue's type ("classic", "quorum"), when the broker
+	// says; "" otherwise.
 	Type string
 	// OldestDue is when the first message of a hold queue is due, when
 	// the broker can tell; zero otherwise.
@@ -33,20 +38,41 @@ type Snapshot struct {
 	Requests int
 }
 
-// Inspector looks at the broker for the queues named (broker names: work,
-// dead-letter and suspects queues; hold queues are found by a complete
-// Snapshot, or asked for by the work queue's name).
+// Inspector looks at the broker for the queues named (broker names).
+// An Inspector whose Snapshot is Complete lists every queue of the broker
+// whatever the names, the hold queues and delay levels included.
 type Inspector interface {
 	Inspect(ctx context.Context, names []string) (Snapshot, error)
 }
 
-// unknown is a count a broker cannot tell.
-const unknown = -1
+// For is the inspector of backend: the memory backend's own inspection;
+// else m, RabbitMQ's management API, when it is not nil; else one Depth
+// call per queue named.
+func For(backend broker.Backend, m *Management) Inspector {
+	if mb, ok := backend.(*memory.Backend); ok {
+		return memoryInspector{mb}
+	}
+	if m != nil {
+		return m
+	}
+	return depthInspector{backend}
+}
+
+// Names are the broker names of set's work, dead-letter and suspects
+// queues, which an Inspector is asked for: three a queue.
+func Names(set queuey.QueueSet) []string {
+	names := make([]string, 0, 3*len(set.Queues))
+	for _, q := range set.Queues {
+		b := set.BrokerName(q.Name)
+		names = append(names, b, broker.DeadQueueName(b), broker.SuspectQueueName(b))
+	}
+	return names
+}
 
 // memoryInspector reads the memory backend's own inspection helpers.
 type memoryInspector struct{ b *memory.Backend }
 
-func (m memoryInspector) Inspect(_ context.Context, names []string) (Snapshot, error) {
+func (m memoryInspector) Inspect(_ context.Context, _ []string) (Snapshot, error) {
 	s := Snapshot{Queues: map[string]Facts{}, Complete: true}
 	for _, n := range m.b.Queues() {
 		spec, _ := m.b.QueueSpec(n)
@@ -59,14 +85,16 @@ func (m memoryInspector) Inspect(_ context.Context, names []string) (Snapshot, e
 	return s, nil
 }
 
+// WithoutManagement is the limit of a look at RabbitMQ without its
+// management API.
+const WithoutManagement = "Without RabbitMQ's management API only how many messages are ready on each queue can be seen: not those workers hold (unacked), nor consumers, nor the hold queues and delay levels, nor the queues' types."
+
 // depthInspector asks any backend for the ready count of each queue
 // named, one request each: all a Backend can tell.
 type depthInspector struct{ b broker.Backend }
 
 func (d depthInspector) Inspect(ctx context.Context, names []string) (Snapshot, error) {
-	s := Snapshot{Queues: map[string]Facts{}, Limits: []string{
-		"Without RabbitMQ's management API (Options.Management) the console sees only how many messages are ready on each queue: not those workers hold (unacked), nor consumers, nor the hold queues and delay levels, nor the queues' types.",
-	}}
+	s := Snapshot{Queues: map[string]Facts{}, Limits: []string{WithoutManagement}}
 	for _, n := range names {
 		s.Requests++
 		c, err := d.b.Depth(ctx, n)
@@ -76,15 +104,7 @@ func (d depthInspector) Inspect(ctx context.Context, names []string) (Snapshot, 
 		if err != nil {
 			return s, err
 		}
-		s.Queues[n] = Facts{Ready: c, Unacked: unknown, Consumers: unknown}
+		s.Queues[n] = Facts{Ready: c, Unacked: Unknown, Consumers: Unknown}
 	}
 	return s, nil
-}
-
-// inspectorFor is the inspector a backend allows without options.
-func inspectorFor(b broker.Backend) Inspector {
-	if m, ok := b.(*memory.Backend); ok {
-		return memoryInspector{m}
-	}
-	return depthInspector{b}
 }
