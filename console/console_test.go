@@ -204,3 +204,26 @@ func TestUnknownQueueIsNotFound(t *testing.T) {
 }
 
 func (s *site) brokerName(name string) string { return set.BrokerName(name) }
+
+// A dead letter of a unique job shows its key, and one of a chain's step
+// shows where the chain stands, as a replay will take them up again.
+func TestADeadLettersKeyAndChainStepShow(t *testing.T) {
+	s := newSite(t, nil)
+	env := broker.NewEnvelope("send", set.BrokerName("emails"), json.RawMessage(`{}`), s.clock.Now())
+	msg, err := env.Message()
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := strings.TrimSuffix(string(msg.Body), "}") + `,"chain":{"id":"c-42","step":2,"steps":3}}`
+	msg.Body = []byte(body)
+	msg.Headers = map[string]string{"x-queuey-unique-key": "user-7<b>", "x-queuey-unique-window-ms": "60000"}
+	if err := s.backend.DeadLetter(context.Background(), broker.DeadLetter{Message: msg, Reason: "fatal error: no"}); err != nil {
+		t.Fatal(err)
+	}
+	_, page := s.get("/dead/emails/letter/" + env.JobID)
+	for _, want := range []string{"Uniqueness key", "user-7&lt;b&gt;", "step 2 of 3 of chain c-42"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the letter's page lacks %q", want)
+		}
+	}
+}
