@@ -36,7 +36,9 @@ func (c *Console) look(q *request) (Snapshot, error) {
 		b := c.set.BrokerName(qu.Name)
 		names = append(names, b, broker.DeadQueueName(b), broker.SuspectQueueName(b))
 	}
-	return c.inspector.Inspect(q.r.Context(), names)
+	snap, err := c.inspector.Inspect(q.r.Context(), names)
+	c.requests.Add(uint64(snap.Requests))
+	return snap, err
 }
 
 func (c *Console) overview(q *request) error {
