@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -77,6 +78,7 @@ type Console struct {
 	log       *slog.Logger
 	mux       *http.ServeMux
 	roster    *roster
+	requests  atomic.Uint64 // made to inspect the broker (BrokerRequests)
 }
 
 // New returns the console of set on backend. It declares set's queues, as
@@ -109,7 +111,7 @@ func New(ctx context.Context, backend broker.Backend, set queuey.QueueSet, opts 
 		return nil, fmt.Errorf("console: %w", err)
 	}
 	c.dead = dead
-	c.roster = newRoster(backend, set, c.clock)
+	c.roster = newRoster(backend, set, c.clock, c.log)
 	c.routes()
 	return c, nil
 }
@@ -118,6 +120,14 @@ func New(ctx context.Context, backend broker.Backend, set queuey.QueueSet, opts 
 // pages) until ctx ends, and returns then. Pages are served whether it
 // runs or not; without it those pages say that no worker is heard.
 func (c *Console) Run(ctx context.Context) error { return c.roster.run(ctx) }
+
+// BrokerRequests counts the requests the pages made to inspect the broker
+// since New: to its management API (one per 500 queues of the set a
+// refresh of the Overview or Waits) or, without one, a passive declare per
+// queue. The reads of dead letters are not counted (each is a depth and a
+// consumer of the dead-letter queue), nor the heartbeats the console
+// hears (they cost no request).
+func (c *Console) BrokerRequests() uint64 { return c.requests.Load() }
 
 // ServeHTTP serves the console's pages and actions.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {

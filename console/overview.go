@@ -29,7 +29,9 @@ type overviewData struct {
 
 // look inspects the broker for the set's queues.
 func (c *Console) look(q *request) (inspect.Snapshot, error) {
-	return c.inspector.Inspect(q.r.Context(), inspect.Names(c.set))
+	snap, err := c.inspector.Inspect(q.r.Context(), inspect.Names(c.set))
+	c.requests.Add(uint64(snap.Requests))
+	return snap, err
 }
 
 func (c *Console) overview(q *request) error {

@@ -3,7 +3,9 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sort"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/fleet"
+	"github.com/queuey-go/queuey/internal/relisten"
 )
 
 // fleetView is what the console has heard of the fleet.
@@ -24,7 +27,8 @@ type fleetView struct {
 	Schedules []scheduleView
 	// Why says why the console does not listen, when it does not.
 	Why string
-	// Interval is how often workers send heartbeats.
+	// Interval is how often workers send heartbeats: the longest
+	// interval of those heard, else fleet.DefaultInterval.
 	Interval time.Duration
 	// DropAfter is how long a worker that stopped sending heartbeats
 	// stays on the page.
@@ -77,6 +81,7 @@ type queueFleet struct {
 // goroutine's; pages ask for a view of it by message.
 type roster struct {
 	backend broker.Backend
+	log     *slog.Logger
 	set     queuey.QueueSet
 	clock   clock.Clock
 	asks    chan chan fleetView
@@ -84,8 +89,8 @@ type roster struct {
 	done    chan struct{} // closed when run returns
 }
 
-func newRoster(b broker.Backend, set queuey.QueueSet, c clock.Clock) *roster {
-	return &roster{backend: b, set: set, clock: c, asks: make(chan chan fleetView), started: make(chan struct{}), done: make(chan struct{})}
+func newRoster(b broker.Backend, set queuey.QueueSet, c clock.Clock, log *slog.Logger) *roster {
+	return &roster{backend: b, log: log, set: set, clock: c, asks: make(chan chan fleetView), started: make(chan struct{}), done: make(chan struct{})}
 }
 
 // rateSamples is how many throughput samples a queue's chart shows.
@@ -103,8 +108,13 @@ type rosterState struct {
 	rates   map[string][]float64 // jobs/s by queue, one per sample
 	last    map[string]uint64    // the fleet's done count by queue at the last sample
 	lastAt  time.Time
+	deaf    string // why the console does not hear the workers now, or ""
 }
 
+// run listens to the heartbeats until ctx ends. A listener that ends
+// (its connection was lost) or cannot start is started again after a
+// backoff (1 s, doubling up to 30 s); what was heard stays meanwhile,
+// and the pages say that the console does not hear the workers.
 func (r *roster) run(ctx context.Context) error {
 	defer close(r.done)
 	bc, ok := r.backend.(broker.Broadcaster)
@@ -112,28 +122,53 @@ func (r *roster) run(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
-	l, err := bc.Listen(ctx, fleet.HeartbeatTopic(r.set.Prefix))
-	if err != nil {
-		return fmt.Errorf("console: listening to heartbeats: %w", err)
-	}
-	defer l.Close()
-	close(r.started)
+	hbs := relisten.New(bc, fleet.HeartbeatTopic(r.set.Prefix), r.clock, fleet.DefaultInterval)
+	defer hbs.Close()
 	st := &rosterState{workers: map[string]*heard{}, rates: map[string][]float64{}, last: map[string]uint64{}}
+	// trouble is what a listener's failure makes run do: return, when the
+	// backend is closed; else say so, and listen again later.
+	trouble := func(what string, err error) error {
+		if errors.Is(err, broker.ErrClosed) {
+			return fmt.Errorf("console: %s: %w", what, err)
+		}
+		if ctx.Err() == nil {
+			st.deaf = fmt.Sprintf("%s (%v); listening again in %v.", what, err, hbs.Wait())
+			r.log.Warn("console: "+what+"; listening again after a backoff", "error", err, "backoff", hbs.Wait())
+		}
+		return nil
+	}
+	if err := hbs.Listen(ctx); err != nil {
+		if err := trouble("listening to heartbeats", err); err != nil {
+			return err
+		}
+	}
+	close(r.started)
 	tick := r.clock.Ticker(fleet.DefaultInterval)
 	defer tick.Stop()
 	for {
+		var err error
 		select {
 		case <-ctx.Done():
 			return nil
-		case m, ok := <-l.Messages():
+		case m, ok := <-hbs.Messages():
 			if !ok {
-				return fmt.Errorf("console: heartbeat listener ended: %w", l.Err())
+				err = trouble("the heartbeat listener ended", hbs.Ended())
+				break
 			}
 			st.hear(m, r.clock.Now())
+		case <-hbs.Retry():
+			if lerr := hbs.Listen(ctx); lerr != nil {
+				err = trouble("listening to heartbeats", lerr)
+			} else {
+				st.deaf = ""
+			}
 		case <-tick.C:
 			st.sample(r.clock.Now())
 		case reply := <-r.asks:
 			reply <- st.view(r.clock.Now())
+		}
+		if err != nil {
+			return err
 		}
 	}
 }
@@ -199,7 +234,7 @@ func (st *rosterState) sample(now time.Time) {
 // view is the fleet as heard at now.
 func (st *rosterState) view(now time.Time) fleetView {
 	st.live(now)
-	v := fleetView{Listening: true, Queues: map[string]queueFleet{}, Interval: fleet.DefaultInterval, DropAfter: fleet.DropAfter * fleet.DefaultInterval}
+	v := fleetView{Listening: st.deaf == "", Why: st.deaf, Queues: map[string]queueFleet{}, Interval: fleet.DefaultInterval, DropAfter: fleet.DropAfter * fleet.DefaultInterval}
 	scheds := map[string]*scheduleView{}
 	for _, w := range st.workers {
 		v.Workers = append(v.Workers, workerOf(w))
@@ -220,6 +255,15 @@ func (st *rosterState) view(now time.Time) fleetView {
 		}
 	}
 	sort.Slice(v.Workers, func(i, j int) bool { return v.Workers[i].ID < v.Workers[j].ID })
+	if len(st.workers) > 0 {
+		// The longest interval of the workers heard: the page states
+		// their drop-off time so.
+		v.Interval = 0
+		for _, w := range st.workers {
+			v.Interval = max(v.Interval, w.hb.Interval(), time.Second)
+		}
+		v.DropAfter = fleet.DropAfter * v.Interval
+	}
 	for _, s := range scheds {
 		v.Schedules = append(v.Schedules, *s)
 	}

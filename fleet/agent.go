@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/internal/relisten"
 )
 
 // Worker is what an Agent reads and steers: a *queuey.Worker (an
@@ -58,12 +61,51 @@ type Agent struct {
 	id, host string
 	started  time.Time
 	done     map[string]*atomic.Uint64 // by queue name; the map is never written after NewAgent
-	late     chan lateness             // from the hooks to Run, dropped when full
+	late     lateSamples               // from the hooks, taken at each heartbeat
+}
+
+// maxLateSamples bounds the lateness samples an Agent keeps between two
+// heartbeats, across its queues.
+const maxLateSamples = 4096
+
+// lateSamples is a uniform sample (a reservoir) of the lateness of the
+// jobs started since the last heartbeat: the hooks add to it under a
+// mutex, with no channel send and no goroutine woken a delivery.
+type lateSamples struct {
+	mu   sync.Mutex
+	seen int // since the last take
+	s    []lateness
 }
 
 type lateness struct {
 	queue string
 	late  time.Duration
+}
+
+// add samples one job's lateness.
+func (l *lateSamples) add(queue string, late time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seen++
+	switch {
+	case len(l.s) < maxLateSamples:
+		l.s = append(l.s, lateness{queue, late})
+	default:
+		if i := rand.IntN(l.seen); i < maxLateSamples {
+			l.s[i] = lateness{queue, late}
+		}
+	}
+}
+
+// take empties the sample into into, by queue.
+func (l *lateSamples) take(into map[string][]time.Duration) {
+	l.mu.Lock()
+	s := l.s
+	l.s, l.seen = make([]lateness, 0, len(s)), 0
+	l.mu.Unlock()
+	for _, x := range s {
+		into[x.queue] = append(into[x.queue], x.late)
+	}
 }
 
 // NewAgent returns an agent for a worker of set on backend, which must be
@@ -73,7 +115,7 @@ func NewAgent(backend broker.Backend, set queuey.QueueSet, opts *Options) (*Agen
 	if !ok {
 		return nil, fmt.Errorf("fleet: the %s backend cannot broadcast (it is no broker.Broadcaster)", backend.Name())
 	}
-	a := &Agent{bc: bc, set: set, done: map[string]*atomic.Uint64{}, late: make(chan lateness, 4096)}
+	a := &Agent{bc: bc, set: set, done: map[string]*atomic.Uint64{}}
 	if opts != nil {
 		a.opts = *opts
 	}
@@ -116,10 +158,7 @@ func (a *Agent) Hooks(next *queuey.Hooks) *queuey.Hooks {
 			ctx, after = next.Deliver(ctx, d)
 		}
 		if !d.DueAt.IsZero() {
-			select {
-			case a.late <- lateness{d.Queue, max(0, d.Started.Sub(d.DueAt))}:
-			default:
-			}
+			a.late.add(d.Queue, max(0, d.Started.Sub(d.DueAt)))
 		}
 		return ctx, func(o queuey.Outcome) {
 			if c := a.done[d.Queue]; c != nil {
@@ -134,30 +173,53 @@ func (a *Agent) Hooks(next *queuey.Hooks) *queuey.Hooks {
 }
 
 // Run sends the heartbeats of w and carries out the commands for it until
-// ctx ends.
+// ctx ends, and returns nil then. A command listener that ends (its
+// connection was lost) or cannot start is started again after a backoff
+// (1 s, doubling up to 30 s), the heartbeats going
+// on meanwhile; Run returns an error only when the backend is closed.
 func (a *Agent) Run(ctx context.Context, w Worker) error {
-	l, err := a.bc.Listen(ctx, CommandTopic(a.set.Prefix))
-	if err != nil {
-		return fmt.Errorf("fleet: listening for commands: %w", err)
-	}
-	defer l.Close()
 	st := &agentState{a: a, w: w, ours: map[string]time.Time{}, late: map[string][]time.Duration{}}
+	cmds := relisten.New(a.bc, CommandTopic(a.set.Prefix), a.opts.Clock, a.opts.Interval)
+	defer cmds.Close()
+	// trouble is what a listener's failure makes Run do: return, when the
+	// backend is closed; else say so, and listen again later.
+	trouble := func(what string, err error) error {
+		if errors.Is(err, broker.ErrClosed) {
+			return fmt.Errorf("fleet: %s: %w", what, err)
+		}
+		if ctx.Err() == nil {
+			a.opts.Logger.Warn("fleet: "+what+"; listening again after a backoff", "error", err, "backoff", cmds.Wait())
+		}
+		return nil
+	}
+	if err := cmds.Listen(ctx); err != nil {
+		if err := trouble("listening for commands", err); err != nil {
+			return err
+		}
+	}
 	tick := a.opts.Clock.Ticker(a.opts.Interval)
 	defer tick.Stop()
 	st.beat(ctx)
 	for {
+		var err error
 		select {
 		case <-ctx.Done():
 			return nil
-		case m, ok := <-l.Messages():
+		case m, ok := <-cmds.Messages():
 			if !ok {
-				return fmt.Errorf("fleet: command listener ended: %w", l.Err())
+				err = trouble("the command listener ended", cmds.Ended())
+				break
 			}
 			st.obey(ctx, m)
-		case s := <-a.late:
-			st.late[s.queue] = append(st.late[s.queue], s.late)
+		case <-cmds.Retry():
+			if lerr := cmds.Listen(ctx); lerr != nil {
+				err = trouble("listening for commands", lerr)
+			}
 		case <-tick.C:
 			st.beat(ctx)
+		}
+		if err != nil {
+			return err
 		}
 	}
 }
@@ -167,7 +229,7 @@ type agentState struct {
 	a    *Agent
 	w    Worker
 	ours map[string]time.Time       // the pauses the fleet asked for, by queue
-	late map[string][]time.Duration // lateness seen since the last heartbeat
+	late map[string][]time.Duration // lateness seen since the last heartbeat, filled by beat
 }
 
 // obey carries out one command, and reports at once.
@@ -199,8 +261,13 @@ func (s *agentState) obey(ctx context.Context, body []byte) {
 
 // beat sends the heartbeat.
 func (s *agentState) beat(ctx context.Context) {
+	s.a.late.take(s.late)
 	body, _ := json.Marshal(s.heartbeat()) // plain data
-	if err := s.a.bc.Broadcast(ctx, HeartbeatTopic(s.a.set.Prefix), body); err != nil && ctx.Err() == nil {
+	// Bounded by an interval: while the broker is away, a heartbeat
+	// waits for it no longer than the next one would.
+	bctx, cancel := s.a.opts.Clock.WithTimeout(ctx, s.a.opts.Interval)
+	defer cancel()
+	if err := s.a.bc.Broadcast(bctx, HeartbeatTopic(s.a.set.Prefix), body); err != nil && ctx.Err() == nil {
 		s.a.opts.Logger.Warn("fleet: sending the heartbeat", "error", err)
 	}
 }

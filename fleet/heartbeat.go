@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"math"
 	"slices"
 	"time"
 )
@@ -30,8 +31,7 @@ func (s *agentState) heartbeat() Heartbeat {
 	return h
 }
 
-// quantile is the q-quantile of sorted.
+// quantile is the q-quantile of sorted (nearest rank).
 func quantile(sorted []time.Duration, q float64) time.Duration {
-	i := int(q * float64(len(sorted)-1))
-	return sorted[i]
+	return sorted[max(0, int(math.Ceil(q*float64(len(sorted))))-1)]
 }

@@ -8,6 +8,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/queuey-go/queuey/broker"
@@ -46,18 +49,98 @@ const maxManagementBytes = 64 << 20
 // NoOldestDue is the limit of a look through the management API.
 const NoOldestDue = "RabbitMQ does not tell when the oldest message of a hold queue is due without taking it off the queue: each is due within its delay from now."
 
-// Inspect asks for every queue of the virtual host in one request,
-// whatever the names.
-func (m *Management) Inspect(ctx context.Context, _ []string) (Snapshot, error) {
-	s := Snapshot{Queues: map[string]Facts{}, Complete: true, Requests: 1, Limits: []string{NoOldestDue}}
-	var qs []mgmtQueue
-	if err := m.get(ctx, "/api/queues/"+url.PathEscape(m.vhost())+"?columns=name,type,messages_ready,messages_unacknowledged,consumers", &qs); err != nil {
-		return s, err
+// managementPage is how many queues one request of the management API
+// lists at most (its largest page).
+const managementPage = 500
+
+// maxFilterBytes bounds the name filter sent to the management API;
+// past it the set's common prefix filters instead.
+const maxFilterBytes = 4096
+
+// Inspect asks for the queues of the virtual host that are of names (and
+// the queues under them: hold queues, lanes) or the shared delay levels,
+// managementPage a request: one request per 500 such queues, whatever
+// else the virtual host holds (the broker filters by name before it
+// answers). No names: every queue of the virtual host.
+func (m *Management) Inspect(ctx context.Context, names []string) (Snapshot, error) {
+	s := Snapshot{Queues: map[string]Facts{}, Complete: true, Limits: []string{NoOldestDue}}
+	q := url.Values{"columns": {"name,type,messages_ready,messages_unacknowledged,consumers"}, "page_size": {strconv.Itoa(managementPage)}}
+	if f := nameFilter(names); f != "" {
+		q.Set("name", f)
+		q.Set("use_regex", "true")
 	}
-	for _, q := range qs {
-		s.Queues[q.Name] = Facts{Ready: q.Ready, Unacked: q.Unacked, Consumers: q.Consumers, Type: q.Type}
+	for page := 1; ; page++ {
+		q.Set("page", strconv.Itoa(page))
+		s.Requests++
+		var p mgmtPage
+		if err := m.get(ctx, "/api/queues/"+url.PathEscape(m.vhost())+"?"+q.Encode(), &p); err != nil {
+			return s, err
+		}
+		for _, q := range p.Items {
+			s.Queues[q.Name] = Facts{Ready: q.Ready, Unacked: q.Unacked, Consumers: q.Consumers, Type: q.Type}
+		}
+		if page >= p.PageCount {
+			return s, nil
+		}
 	}
-	return s, nil
+}
+
+// mgmtPage is one page of the management API's queues.
+type mgmtPage struct {
+	Items     []mgmtQueue `json:"items"`
+	PageCount int         `json:"page_count"`
+}
+
+// nameFilter is the regular expression (the broker's, PCRE) of the
+// queues names, their derived queues (names followed by a dot: hold
+// queues, lanes) and the shared delay levels (queuey.wait.*). A filter
+// of the names one by one longer than maxFilterBytes is their common
+// prefix up to its last dot instead, and "" (no filter) without one.
+func nameFilter(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	levels := `^queuey\.wait\.`
+	// A name under another (a dead-letter queue under its work queue)
+	// matches as a derived queue of it.
+	roots := map[string]bool{}
+	for _, n := range names {
+		roots[n] = true
+	}
+	var alts []string
+	for _, n := range names {
+		derived := false
+		for i := strings.IndexByte(n, '.'); i > 0 && !derived; i = next(n, i) {
+			derived = roots[n[:i]]
+		}
+		if !derived {
+			alts = append(alts, regexp.QuoteMeta(n))
+		}
+	}
+	slices.Sort(alts)
+	alts = slices.Compact(alts)
+	if f := `^(?:` + strings.Join(alts, "|") + `)(?:$|\.)|` + levels; len(f) <= maxFilterBytes {
+		return f
+	}
+	prefix := names[0]
+	for _, n := range names[1:] {
+		for !strings.HasPrefix(n, prefix) {
+			prefix = prefix[:len(prefix)-1]
+		}
+	}
+	if i := strings.LastIndexByte(prefix, '.'); i > 0 {
+		return `^` + regexp.QuoteMeta(prefix[:i+1]) + `|` + levels
+	}
+	return ""
+}
+
+// next is the index of the dot after the one at i in n, or -1.
+func next(n string, i int) int {
+	j := strings.IndexByte(n[i+1:], '.')
+	if j < 0 {
+		return -1
+	}
+	return i + 1 + j
 }
 
 func (m *Management) vhost() string {

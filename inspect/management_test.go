@@ -38,12 +38,12 @@ func fakeAPI(t *testing.T, answers map[string]string) (*inspect.Management, *int
 }
 
 func TestTheManagementAPIShowsTheWholeVirtualHostInOneRequest(t *testing.T) {
-	m, n := fakeAPI(t, map[string]string{"/api/queues/prod%2Feu": `[
+	m, n := fakeAPI(t, map[string]string{"/api/queues/prod%2Feu": `{"page_count":1,"items":[
 		{"name":"app.emails","type":"classic","messages_ready":3,"messages_unacknowledged":2,"consumers":1},
 		{"name":"app.emails.dead","type":"classic","messages_ready":4,"messages_unacknowledged":0,"consumers":0},
 		{"name":"app.emails.deferred.30000","type":"classic","messages_ready":5,"messages_unacknowledged":0,"consumers":0},
 		{"name":"app.emails.deferred.1000","type":"classic","messages_ready":1,"messages_unacknowledged":0,"consumers":0},
-		{"name":"app.api","type":"quorum","messages_ready":7,"messages_unacknowledged":0,"consumers":2}]`})
+		{"name":"app.api","type":"quorum","messages_ready":7,"messages_unacknowledged":0,"consumers":2}]}`})
 	snap, err := m.Inspect(t.Context(), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -183,7 +184,7 @@ func Run(t *testing.T, cfg Config) {
 	if cfg.New == nil {
 		t.Fatal("brokertest: Config.New is required")
 	}
-	for _, tc := range tests {
+	for _, tc := range slices.Concat(tests, broadcastTests) {
 		t.Run(tc.name, func(t *testing.T) { runOne(t, cfg, tc.run) })
 	}
 	for _, tc := range keyTests {

@@ -173,6 +173,18 @@ func (c *consumer) run(deliveries <-chan amqp.Delivery, closed <-chan *amqp.Erro
 			}
 			select {
 			case c.out <- &delivery{c: c, d: d, msg: message(c.queue, d)}:
+			case e, ok := <-closed:
+				// The channel closed while d waited for a reader: the
+				// broker has it back and a settle of it would be stale.
+				// Dropped, as amqp091 drops what it still buffers, so
+				// that no reader acts on it (a replay would republish a
+				// dead letter that stays dead).
+				again := make(chan *amqp.Error, 1)
+				if ok {
+					again <- e
+				}
+				c.err = c.why(again, s)
+				return
 			case <-c.stop:
 				return
 			}
