@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -40,4 +41,37 @@ func TestWebReadsEachQueuesDeclarationFromTheBroker(t *testing.T) {
 		t.Fatalf("openConsole with -type quorum: %v", err)
 	}
 	stop2()
+}
+
+// queuey web refuses to listen beyond loopback without a credential, and
+// says why; with one, every request must carry it.
+func TestWebRefusesAnOpenListenWithoutAToken(t *testing.T) {
+	t.Parallel()
+	for addr, ok := range map[string]bool{"127.0.0.1:0": true, "localhost:8080": true, "[::1]:0": true, "0.0.0.0:8080": false, "192.0.2.7:80": false} {
+		err := checkListen(addr, "")
+		if (err == nil) != ok {
+			t.Errorf("checkListen(%q, no token) = %v, want ok=%v", addr, err, ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "QUEUEY_WEB_TOKEN") {
+			t.Errorf("checkListen(%q) = %v: does not say how to allow it", addr, err)
+		}
+		if err := checkListen(addr, "s3cret"); err != nil {
+			t.Errorf("checkListen(%q, a token) = %v, want nil", addr, err)
+		}
+	}
+	h := withToken(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), "s3cret")
+	for _, c := range []struct {
+		auth string
+		want int
+	}{{"", 401}, {"Bearer wrong", 401}, {"Bearer s3cret", 200}} {
+		req := httptest.NewRequest("GET", "/", nil)
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != c.want || strings.Contains(rec.Body.String(), "s3cret") {
+			t.Errorf("%q: %d, want %d, and never the token in the answer", c.auth, rec.Code, c.want)
+		}
+	}
 }
