@@ -923,20 +923,6 @@ func TestWorkerSchedulesSaysWhoLeadsAndTheTicks(t *testing.T) {
 	})
 }
 
-// skewed is a clock that reads by ahead of its base (behind when
-// negative), as a host whose clock is off; its timers wait as the base's.
-type skewed struct {
-	clock.Clock
-	by time.Duration
-}
-
-func (s skewed) Now() time.Time                  { return s.Clock.Now().Add(s.by) }
-func (s skewed) Since(t time.Time) time.Duration { return s.Now().Sub(t) }
-func (s skewed) Until(t time.Time) time.Duration { return t.Sub(s.Now()) }
-func (s skewed) WithDeadline(parent context.Context, d time.Time) (context.Context, context.CancelFunc) {
-	return s.Clock.WithDeadline(parent, d.Add(-s.by))
-}
-
 // A leader whose clock ran ahead records ticks in the future. The next
 // leader, with a right clock, says so at WARN and fires by its own clock
 // from the takeover on, where it would have gone silent until its clock
@@ -952,7 +938,7 @@ func TestANewLeaderDoesNotWaitForATickRecordedByAClockAhead(t *testing.T) {
 			var takeover time.Time
 			clocktest.Run(t, app, nil, func(t *testing.T, h *clocktest.Harness) {
 				must(t, queuey.Handle(h.Worker, r.handler(h.Clock)))
-				ahead := scheduleOnly(t, h, s, skewed{h.Clock, c.ahead}, slog.New(slog.DiscardHandler))
+				ahead := scheduleOnly(t, h, s, clocktest.Skewed(h.Clock, c.ahead), slog.New(slog.DiscardHandler))
 				h.Advance(10 * c.every)
 				ahead.stop(t)
 				takeover = h.Clock.Now()

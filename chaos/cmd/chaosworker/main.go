@@ -32,23 +32,10 @@ import (
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker/rabbitmq"
 	"github.com/queuey-go/queuey/chaos"
+	"github.com/queuey-go/queuey/clocktest"
 )
 
 func main() { os.Exit(run()) }
-
-// skewed is a clock that reads by ahead of its base (behind when
-// negative); its timers wait as the base's.
-type skewed struct {
-	clock.Clock
-	by time.Duration
-}
-
-func (s skewed) Now() time.Time                  { return s.Clock.Now().Add(s.by) }
-func (s skewed) Since(t time.Time) time.Duration { return s.Now().Sub(t) }
-func (s skewed) Until(t time.Time) time.Duration { return t.Sub(s.Now()) }
-func (s skewed) WithDeadline(parent context.Context, d time.Time) (context.Context, context.CancelFunc) {
-	return s.Clock.WithDeadline(parent, d.Add(-s.by))
-}
 
 func run() int {
 	prefix := flag.String("prefix", "", "queue-name prefix of the run (required)")
@@ -111,7 +98,7 @@ func run() int {
 		PoisonAfter:     *poisonAfter,
 		Hooks:           hooks,
 		Logger:          jobLog,
-		Clock:           skewed{clock.New(), *skew},
+		Clock:           clocktest.Skewed(clock.New(), *skew),
 	})
 	if err == nil {
 		err = queuey.Handle(worker, func(ctx context.Context, j chaos.Job, jc queuey.JobContext) error {
