@@ -2,6 +2,7 @@ package browsertest
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -134,4 +135,29 @@ func TestDeadLetterReplayedByClicking(t *testing.T) {
 		t.Errorf("ran job %d after the replay, want 7", j.N)
 	}
 	run(t, ctx, "the list is empty", chromedp.Navigate(s.url+"/dead/jobs"), chromedp.WaitVisible(`.empty`))
+}
+
+// TestEveryPageIsReadableAtAPhonesWidth: at 390 px (a phone held
+// upright) no page is wider than the screen: wide tables scroll inside
+// their own box, the page itself does not.
+func TestEveryPageIsReadableAtAPhonesWidth(t *testing.T) {
+	s := newSystem(t, func(job) error { return queuey.Fatalf("fails, to leave a dead letter") })
+	ctx := browser(t)
+	_, err := s.producer.Enqueue(t.Context(), job{N: 1})
+	must(t, err)
+	s.await(t)
+	run(t, ctx, "a phone's viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
+	for _, page := range []string{"overview", "waits", "dead/jobs", "schedules", "workers"} {
+		path := "/" + page
+		if page == "overview" {
+			path = "/"
+		}
+		run(t, ctx, page+" at a phone's width", chromedp.Navigate(s.url+path), chromedp.WaitVisible(`main`))
+		wider, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > window.innerWidth + 1`))
+		must(t, err)
+		shot(t, ctx, "phone-"+strings.ReplaceAll(page, "/", "-"))
+		if wider {
+			t.Errorf("%s is wider than a phone's screen (390 px): the page scrolls sideways", page)
+		}
+	}
 }
