@@ -294,8 +294,11 @@ func addSchedule(into map[string]*scheduleView, s fleet.ScheduleReport, host str
 		sv = &scheduleView{Name: s.Name, Spec: s.Spec, Location: s.Location, Missed: s.Missed, NextTick: s.NextTick}
 		into[s.Name] = sv
 	}
-	if s.Leads {
+	if s.Leads { // the leader's ticks win over a candidate's timetable
 		sv.Leader, sv.LastTick = host, s.LastTick
+		if !s.NextTick.IsZero() {
+			sv.NextTick = s.NextTick
+		}
 	}
 }
 
