@@ -39,13 +39,21 @@ const MaxCancelKeep = MaxHoldMs*time.Millisecond + 24*time.Hour
 // the start.
 var ErrFollowerBehind = errors.New("queuey: the ledger's follower fell behind")
 
-// CancelLedgerName is the ledger of the queue set prefix on a broker:
-// "<prefix>.cancellations", or "cancellations" without a prefix.
-func CancelLedgerName(prefix string) string {
+// CancelLedgerName is the ledger of cancellations on a broker: one for
+// every queue set of a virtual host, each record marked with its set, so
+// that the ledger, which a broker may keep for ever (a RabbitMQ stream
+// does not expire), is made once, not once per set.
+const CancelLedgerName = "queuey.cancellations"
+
+// CancelFollowersName is the queue, beside the ledger, that counts the
+// followers of the queue set prefix on a broker that counts them so:
+// "<prefix>.cancellations.followers", or "cancellations.followers"
+// without a prefix.
+func CancelFollowersName(prefix string) string {
 	if prefix == "" {
-		return "cancellations"
+		return "cancellations.followers"
 	}
-	return prefix + ".cancellations"
+	return prefix + ".cancellations.followers"
 }
 
 // CancelAnswersTopic is the Broadcaster topic on which the followers of
