@@ -24,15 +24,17 @@ type task struct {
 	alone    bool                       // take a job from the suspects queue and run it alone (poison.go); d is nil
 	inbox    *mailbox.Mailbox[queueMsg] // its queue actor's
 	run      int                        // the queue actor's run that handed it out
+	slot     int                        // the handler goroutine's, in cancelsActor.running
 }
 
 // serve is one of the worker's handler goroutines: it performs tasks until
 // quit is closed. Its queue actor's inbox has room for every task it
 // handed out, so the report never waits.
-func (w *Worker) serve(tasks <-chan task, quit <-chan struct{}) {
+func (w *Worker) serve(slot int, tasks <-chan task, quit <-chan struct{}) {
 	for {
 		select {
 		case t := <-tasks:
+			t.slot = slot
 			m := w.perform(t)
 			_ = t.inbox.Put(context.Background(), m) // never closed, never full
 			if s, ok := m.(taskToSettle); ok && s.paused != nil {
@@ -196,6 +198,14 @@ func (w *Worker) execute(ctx context.Context, t task, rd *readDelivery) settleme
 	env := rd.env
 	env.Queue = t.q.broker // republish where it came from, whatever the body says
 	f := jobFacts{log: jobLog{l: w.log, id: env.JobID, kind: env.JobType, queue: t.q.broker, attempt: env.Attempt}, env: env, jc: rd.jc}
+	if c := w.cancels; c != nil {
+		var done func()
+		ctx, done = c.watch(ctx, t.slot, env.JobID) // before the look: see cancelsActor
+		defer done()
+		if c.isCancelled(env.JobID) {
+			return w.cancelled(f, false, nil)
+		}
+	}
 	if w.poisonAfter > 0 && t.d.Redelivered() && !w.givenBack.take(rd.msg.ID) {
 		return w.countRedelivery(f, t.q, rd.msg, t.alone)
 	}
@@ -223,7 +233,16 @@ func (w *Worker) runHandler(ctx context.Context, t task, h handler, job decodedJ
 	started := w.clock.Now()
 	err := w.call(ctx, t.q, h, job, f.jc)
 	ran := w.clock.Since(started)
-	s := w.decide(ctx, t.q, f, policy, err)
+	var s settlement
+	switch told := errors.Is(context.Cause(ctx), ErrJobCancelled); {
+	case told && err != nil:
+		s = w.cancelled(f, true, err)
+	case told:
+		w.cancels.forget(f.env.JobID) // it succeeded all the same: it ended
+		fallthrough
+	default:
+		s = w.decide(ctx, t.q, f, policy, err)
+	}
 	s.out.Ran, s.out.HandlerDuration = true, ran
 	return s
 }

@@ -105,6 +105,7 @@ const (
 	DeadLettered Result = "dead_lettered" // moved to <q>.dead
 	Requeued     Result = "requeued"      // given back unsettled (a stop cut it short, or settling failed)
 	Unhandled    Result = "unhandled"     // no handler for its kind in this worker: held back, offered again (WorkerConfig.UnknownKindWait)
+	Cancelled    Result = "cancelled"     // cancelled (Producer.Cancel): acked unrun, or its handler returned an error once told
 )
 
 // Outcome is what a delivery came to, for Hooks.Deliver.

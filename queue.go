@@ -166,6 +166,11 @@ func resolve(set QueueSet) (*queueSet, error) {
 		s.byBroker[broker.SuspectQueueName(c.broker)] = c
 		s.ordered = append(s.ordered, c)
 	}
+	for _, c := range s.ordered {
+		if c.broker == broker.CancelLedgerName || c.broker == broker.CancelFollowersName(set.Prefix) {
+			return nil, fmt.Errorf("%w: queue %q is named as the ledger of cancellations or its followers' queue", ErrInvalidQueue, c.Name)
+		}
+	}
 	// A queue named as another's dead-letter, suspects or hold queue would
 	// be declared with that one's arguments or with its own, never both.
 	for _, c := range s.ordered {

@@ -36,6 +36,7 @@ type queueActor struct {
 	away     bool                    // the queue's node was down at the last consume (ErrUnavailable)
 	run      int                     // the current run, counted from 1; a report of an earlier one is stale
 	stale    int                     // tasks and publishes of earlier runs not reported yet
+	gated    bool                    // hand nothing out: the ledger of cancellations is not read yet (cancelGate)
 }
 
 // queueGauges is what a queue actor shows of its state outside, for
@@ -249,6 +250,8 @@ func (l *queueLoop) reported(m queueMsg) {
 		close(m.paused)
 	case pauseCommand:
 		l.commanded(m)
+	case cancelGate:
+		l.gated = !m.open
 	}
 	l.publishInFlight()
 }
@@ -300,10 +303,13 @@ func (l *queueLoop) stopTimer() {
 
 // nextTask is what the loop would hand the pool now, and the pool's
 // channel, or a nil channel when nothing is ready: the oldest delivery
-// not started, else a suspect whose turn to run alone has come. started
-// takes it off.
+// not started, else a suspect whose turn to run alone has come; nothing
+// while the gate is closed. started takes it off.
 func (l *queueLoop) nextTask() (task, chan<- task) {
 	t := task{ctx: l.handlerCtx, holdBack: l.holdBack, q: l.q, inbox: l.inbox, run: l.run}
+	if l.gated {
+		return t, nil
+	}
 	if l.next == nil {
 		l.next, _ = l.mailbox.TryGet()
 	}

@@ -76,6 +76,12 @@ type pauseCommand struct {
 	done  chan struct{}
 }
 
+// cancelGate: the worker's cancellations actor has read the ledger of
+// cancellations to its end (open), or lost it (closed): a queue actor
+// whose gate is closed hands nothing out, for it cannot tell which jobs
+// are cancelled.
+type cancelGate struct{ open bool }
+
 func (m taskSettled) runOf() int    { return m.run }
 func (m taskToSettle) runOf() int   { return m.run }
 func (m taskNotStarted) runOf() int { return m.run }
@@ -83,3 +89,4 @@ func (m suspectRan) runOf() int     { return m.run }
 func (m pauseNotice) runOf() int    { return m.run }
 func (m publishDone) runOf() int    { return m.run }
 func (m pauseCommand) runOf() int   { return anyRun }
+func (m cancelGate) runOf() int     { return anyRun }

@@ -410,6 +410,8 @@ func (s *settlement) logSettled(w *Worker) {
 	case Retried:
 		wait, _ := broker.HoldTTL(s.delay, w.set.retryGranularity)
 		s.log.Warn("job failed; retrying", "error", s.out.Err, "delay", s.delay, "waits", wait, "next_attempt", s.out.NextAttempt)
+	case Cancelled:
+		s.log.Info("job cancelled; it ends here", "ran", s.out.Ran, "error", s.out.Err)
 	case Unhandled:
 		wait, _ := broker.HoldTTL(s.delay, w.set.retryGranularity)
 		s.log.Warn("no handler registered for the job's kind; holding it back to offer it again",

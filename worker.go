@@ -136,6 +136,7 @@ type Worker struct {
 	jitter      jitterSources // WorkerConfig.Rand's
 
 	hold           *holdActor             // set by Run before its queue actors start
+	cancels        *cancelsActor          // nil when the backend keeps no ledger of cancellations
 	queueActors    map[string]*queueActor // by Queue.Name, of w.queues
 	settleFailures atomic.Uint64
 	abandoned      atomic.Int64 // queues (and handlers of lost consumers) a stop gave up on
@@ -183,6 +184,11 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 	}
 	if cfg.Concurrency > 0 {
 		w.concurrency = cfg.Concurrency
+	}
+	if w.cancels = newCancelsActor(w); w.cancels != nil {
+		for _, a := range w.queueActors {
+			a.gated = true // until the ledger is read
+		}
 	}
 	w.overrides.Store(&retryOverrides{})
 	return w, nil
@@ -362,8 +368,8 @@ func (w *Worker) declareQueues(ctx context.Context) error {
 // until quit is closed.
 func (w *Worker) startPool(tasks <-chan task, quit <-chan struct{}) *sync.WaitGroup {
 	pool := new(sync.WaitGroup)
-	for range w.concurrency {
-		pool.Go(func() { w.serve(tasks, quit) })
+	for slot := range w.concurrency {
+		pool.Go(func() { w.serve(slot, tasks, quit) })
 	}
 	return pool
 }
@@ -389,6 +395,9 @@ func (w *Worker) stopError(ctx context.Context, err error) error {
 // wait for their handlers' holds, before the hold actor.
 func (w *Worker) supervisor(ctx context.Context, fail context.CancelCauseFunc, tasks chan task) *supervisor.Supervisor {
 	children := []supervisor.Child{{Name: "hold", Run: w.hold.Run, Restart: supervisor.Permanent}}
+	if w.cancels != nil {
+		children = append(children, supervisor.Child{Name: "cancels", Run: w.cancels.Run, Restart: supervisor.Permanent})
+	}
 	for _, q := range w.consumed() {
 		a := w.queueActors[q.Name]
 		a.pool, a.fail, a.stopping = tasks, fail, ctx

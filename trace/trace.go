@@ -120,7 +120,7 @@ type sendInfo struct {
 
 // results are the outcomes whose attribute sets are made up front, in the
 // order of resultIndex.
-var results = [...]queuey.Result{queuey.Succeeded, queuey.Retried, queuey.Deferred, queuey.DeadLettered, queuey.Requeued, queuey.Unhandled}
+var results = [...]queuey.Result{queuey.Succeeded, queuey.Retried, queuey.Deferred, queuey.DeadLettered, queuey.Requeued, queuey.Unhandled, queuey.Cancelled}
 
 func resultIndex(r queuey.Result) int {
 	switch r {
@@ -136,6 +136,8 @@ func resultIndex(r queuey.Result) int {
 		return 4
 	case queuey.Unhandled:
 		return 5
+	case queuey.Cancelled:
+		return 6
 	}
 	return -1
 }
@@ -566,6 +568,8 @@ func annotate(span oteltrace.Span, jc *queuey.JobContext, o *queuey.Outcome) {
 		span.AddEvent("dead_lettered", oteltrace.WithAttributes(AttrReason.String(o.Reason)))
 	case queuey.Unhandled:
 		span.AddEvent("unhandled", oteltrace.WithAttributes(AttrDelayMs.Int64(o.Delay.Milliseconds()), AttrReason.String(o.Reason)))
+	case queuey.Cancelled:
+		span.AddEvent("cancelled")
 	}
 	if !o.PausedUntil.IsZero() {
 		span.AddEvent("queue_paused", oteltrace.WithAttributes(AttrPausedUntil.String(o.PausedUntil.UTC().Format(time.RFC3339Nano))))

@@ -52,6 +52,7 @@ type Backend struct {
 	listeners map[string][]*listener // by topic (Listen)
 	keys      map[string]heldKey     // uniqueness keys held (keys.go)
 	keysSwept int                    // live keys at the last sweep
+	ledgers   map[string]*ledger     // ledgers of cancellations, by queue set prefix (cancels.go)
 }
 
 var _ broker.Backend = (*Backend)(nil)
@@ -520,6 +521,7 @@ func (b *Backend) Close() error {
 		}
 	}
 	b.endListenersLocked()
+	b.endFollowersLocked()
 	return nil
 }
 
