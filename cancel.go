@@ -60,34 +60,48 @@ const cancelRepoll = 250 * time.Millisecond
 // has returned nil; it ends as Cancelled when a worker meets it. If it is
 // running, its ctx is cancelled with the cause ErrJobCancelled.
 //
-// Cancel records the cancellation in the queue set's ledger in the broker,
-// then waits until every worker that follows the ledger (every queuey
-// worker of the set) has applied it. If ctx ends first, it returns a
-// *CancelError (ErrCancelUnconfirmed): the cancellation stands, and is
+// Cancel records the cancellation in the broker's ledger, then waits
+// until every worker of the queue set that follows the ledger (every
+// queuey worker of the set) has applied it. If ctx ends first, it returns
+// a *CancelError (ErrCancelUnconfirmed): the cancellation stands, and is
 // applied by each worker as it reads the ledger. A job id that is not (or
 // no longer) a job's is no error: the ledger keeps the cancellation for
 // broker.MaxCancelKeep or until its job arrives. The backend must be a
 // broker.CancelLedger and a broker.Broadcaster (both backends of queuey
 // are).
 func (p *Producer) Cancel(ctx context.Context, jobID string) error {
+	return cancelJob(ctx, p.backend, p.set.prefix, p.clock.Now(), jobID)
+}
+
+// CancelJob is Producer.Cancel for the queue set whose prefix is prefix,
+// without a producer (the command line's), stamped with the real clock.
+func CancelJob(ctx context.Context, backend broker.Backend, prefix, jobID string) error {
+	if backend == nil {
+		return fmt.Errorf("%w: nil backend", ErrInvalidQueue)
+	}
+	return cancelJob(ctx, backend, prefix, time.Now(), jobID)
+}
+
+// cancelJob records the cancellation of jobID at now and waits for the
+// answers.
+func cancelJob(ctx context.Context, backend broker.Backend, prefix string, now time.Time, jobID string) error {
 	if err := checkJobID(jobID); err != nil {
 		return err
 	}
-	ledger, bc, err := cancelLedger(p.backend)
+	ledger, bc, err := cancelLedger(backend)
 	if err != nil {
 		return err
 	}
-	answers, err := bc.Listen(ctx, broker.CancelAnswersTopic(p.set.prefix))
+	answers, err := bc.Listen(ctx, broker.CancelAnswersTopic(prefix))
 	if err != nil {
 		return fmt.Errorf("queuey: cancel job %s: listen for the workers' answers: %w", jobID, err)
 	}
 	defer answers.Close()
-	now := p.clock.Now()
 	rec := cancelRecord{Op: opCancel, JobID: jobID, At: now.UnixMilli(), Until: now.Add(broker.MaxCancelKeep).UnixMilli(), Ask: nonce()}
-	if err := appendRecord(ctx, ledger, p.set.prefix, rec); err != nil {
+	if err := appendRecord(ctx, ledger, prefix, rec); err != nil {
 		return fmt.Errorf("queuey: cancel job %s: %w", jobID, err)
 	}
-	return awaitAnswers(ctx, ledger, p.set.prefix, answers, rec)
+	return awaitAnswers(ctx, ledger, prefix, answers, rec)
 }
 
 // awaitAnswers waits until as many followers of the ledger as there are
