@@ -12,6 +12,7 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/queuey-go/queuey"
+	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/memory"
 )
 
@@ -58,14 +59,14 @@ func (*floorJob) UnmarshalJSON([]byte) error  { return nil }
 // runMemEndToEnd enqueues b.N jobs from benchMemProducers goroutines, spread
 // round-robin over set's queues, while a worker runs them; the clock stops
 // when the last has run.
-func runMemEndToEnd(b *testing.B, be *memory.Backend, set queuey.QueueSet, wcfg queuey.WorkerConfig) {
+func runMemEndToEnd(b *testing.B, be broker.Backend, set queuey.QueueSet, wcfg queuey.WorkerConfig) {
 	b.Helper()
 	runMemJobs(b, be, set, wcfg, func(n int, q string) benchMemJob { return benchMemJob{N: n, Q: q} })
 }
 
 // runMemJobs is runMemEndToEnd with the jobs job(i, queue name) makes; the
 // queue name is empty for the job's own queue.
-func runMemJobs[J queuey.Job](b *testing.B, be *memory.Backend, set queuey.QueueSet, wcfg queuey.WorkerConfig, job func(n int, q string) J) {
+func runMemJobs[J queuey.Job](b *testing.B, be broker.Backend, set queuey.QueueSet, wcfg queuey.WorkerConfig, job func(n int, q string) J) {
 	b.Helper()
 	ctx := context.Background()
 	discard := slog.New(slog.DiscardHandler)
@@ -145,6 +146,34 @@ func BenchmarkMemoryEndToEnd(b *testing.B) {
 			runMemEndToEnd(b, memory.New(nil), set, queuey.WorkerConfig{Concurrency: c})
 		})
 	}
+}
+
+// BenchmarkMemoryCancellation is what following the ledger of
+// cancellations costs jobs that are not cancelled (ARCHITECTURE.md §2,
+// "Cancellation: the ledger"), at concurrency 8, in one run: a worker on
+// a backend that keeps no ledger (a wrapper hides it: no follower, no
+// look, no ctx of the job's own), one with an empty ledger, and one with
+// 1,000 other jobs cancelled (a look in the set for every job).
+func BenchmarkMemoryCancellation(b *testing.B) {
+	set := queuey.QueueSet{Queues: []queuey.Queue{{Name: "q0", Prefetch: queuey.DefaultPrefetch}}}
+	wcfg := queuey.WorkerConfig{Concurrency: 8}
+	b.Run("ledger=none", func(b *testing.B) {
+		runMemEndToEnd(b, struct{ broker.Backend }{memory.New(nil)}, set, wcfg)
+	})
+	b.Run("ledger=empty", func(b *testing.B) { runMemEndToEnd(b, memory.New(nil), set, wcfg) })
+	b.Run("ledger=1000", func(b *testing.B) {
+		be := memory.New(nil)
+		p, err := queuey.NewProducer(context.Background(), be, set, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range 1000 {
+			if err := p.Cancel(context.Background(), fmt.Sprintf("other-%d", i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		runMemEndToEnd(b, be, set, wcfg)
+	})
 }
 
 // BenchmarkMemoryFloor is BenchmarkMemoryEndToEnd at concurrency 8 with a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -364,4 +365,41 @@ func (l *cutListener) Messages() <-chan []byte { return l.ch }
 func (l *cutListener) Err() error {
 	<-l.done
 	return l.err
+}
+
+// A job that waits for its time is cancelled: it never runs, and the
+// worker ends it as Cancelled when it comes due.
+func ExampleProducer_Cancel() {
+	ctx := context.Background()
+	outcomes := make(chan queuey.Result, 2)
+	_, _, producer, worker := exampleApp(queuey.WorkerConfig{Hooks: &queuey.Hooks{
+		Deliver: func(ctx context.Context, d *queuey.DeliveryInfo) (context.Context, func(queuey.Outcome)) {
+			return ctx, func(o queuey.Outcome) { outcomes <- o.Result }
+		},
+	}})
+	err := queuey.Handle(worker, func(ctx context.Context, job CallAPI, jc queuey.JobContext) error {
+		fmt.Println("running job", job.N)
+		return nil
+	})
+	if err != nil {
+		panic(err)
+	}
+	stop := startWorker(worker)
+	defer stop()
+	first, err := producer.EnqueueAfter(ctx, CallAPI{N: 1}, 200*time.Millisecond)
+	if err != nil {
+		panic(err)
+	}
+	if _, err := producer.EnqueueAfter(ctx, CallAPI{N: 2}, 400*time.Millisecond); err != nil {
+		panic(err)
+	}
+	if err := producer.Cancel(ctx, first); err != nil {
+		panic(err)
+	}
+	fmt.Println(<-outcomes)
+	fmt.Println(<-outcomes)
+	// Output:
+	// cancelled
+	// running job 2
+	// succeeded
 }

@@ -225,14 +225,18 @@ func (c *cancelsActor) isCancelled(id string) bool {
 
 // watch publishes, in slot, that the calling handler goroutine runs the
 // job id with the ctx it returns, which the actor cancels if the job is
-// cancelled. done ends it.
-func (c *cancelsActor) watch(ctx context.Context, slot int, id string) (_ context.Context, done func()) {
+// cancelled. unwatch ends it.
+func (c *cancelsActor) watch(ctx context.Context, slot int, id string) (context.Context, *runningJob) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	c.running[slot].Store(&runningJob{id: id, cancel: cancel})
-	return ctx, func() {
-		c.running[slot].Store(nil)
-		cancel(nil)
-	}
+	r := &runningJob{id: id, cancel: cancel}
+	c.running[slot].Store(r)
+	return ctx, r
+}
+
+// unwatch ends watch's r: the job is over.
+func (c *cancelsActor) unwatch(slot int, r *runningJob) {
+	c.running[slot].Store(nil)
+	r.cancel(nil)
 }
 
 // forget asks for the cancellation of id, whose job arrived and ended,

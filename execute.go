@@ -199,9 +199,9 @@ func (w *Worker) execute(ctx context.Context, t task, rd *readDelivery) settleme
 	env.Queue = t.q.broker // republish where it came from, whatever the body says
 	f := jobFacts{log: jobLog{l: w.log, id: env.JobID, kind: env.JobType, queue: t.q.broker, attempt: env.Attempt}, env: env, jc: rd.jc}
 	if c := w.cancels; c != nil {
-		var done func()
-		ctx, done = c.watch(ctx, t.slot, env.JobID) // before the look: see cancelsActor
-		defer done()
+		var r *runningJob
+		ctx, r = c.watch(ctx, t.slot, env.JobID) // before the look: see cancelsActor
+		defer c.unwatch(t.slot, r)
 		if c.isCancelled(env.JobID) {
 			return w.cancelled(f, false, nil)
 		}
