@@ -35,7 +35,8 @@ type cancelsActor struct {
 	running []atomic.Pointer[runningJob]         // one per handler goroutine, written by it
 	met     *mailbox.Mailbox[string]             // cancelled jobs that arrived and ended, to forget
 
-	ids map[string]time.Time // the actor's own: the cancelled jobs, until when
+	ids  map[string]time.Time // the actor's own: the cancelled jobs, until when
+	asks []string             // cancellations read before catching up, to answer then
 }
 
 // runningJob is a job a handler goroutine runs, and how to tell it.
@@ -110,17 +111,16 @@ func (c *cancelsActor) follow(ctx context.Context) (caughtUp bool, _ error) {
 	if err := c.write(ctx, cancelRecord{Op: opMark, Mark: mark}); err != nil {
 		return false, err
 	}
-	c.ids = map[string]time.Time{}
+	c.ids, c.asks = map[string]time.Time{}, nil
 	for {
 		select {
 		case body, ok := <-l.Messages():
 			if !ok {
 				return caughtUp, l.Err()
 			}
-			if c.read(ctx, body, caughtUp) == mark {
+			if c.read(ctx, body, caughtUp) == mark && !caughtUp {
 				caughtUp = true
-				c.publish()
-				c.gate(ctx, true)
+				c.caughtUp(ctx)
 			}
 		case id := <-c.met.Receive():
 			_ = c.write(ctx, cancelRecord{Op: opForget, JobID: id}) // unwritten, it lasts until its end
@@ -130,9 +130,25 @@ func (c *cancelsActor) follow(ctx context.Context) (caughtUp bool, _ error) {
 	}
 }
 
+// caughtUp shows the cancelled jobs, tells those running, answers the
+// cancellations read on the way (only now: a task handed out before the
+// gates closed may still start with the view before), and opens the
+// gates.
+func (c *cancelsActor) caughtUp(ctx context.Context) {
+	c.publish()
+	for id := range c.ids {
+		c.tellRunning(cancelRecord{Op: opCancel, JobID: id})
+	}
+	for _, ask := range c.asks {
+		c.answer(ctx, ask)
+	}
+	c.asks = nil
+	c.gate(ctx, true)
+}
+
 // read applies one record of the ledger and returns its mark, if it is
-// one. Once caught up, each change is shown at once; a cancellation is
-// answered once applied.
+// one. Once caught up, each change is shown at once and a cancellation
+// is answered once applied; before, its answer waits (caughtUp).
 func (c *cancelsActor) read(ctx context.Context, body []byte, caughtUp bool) (mark string) {
 	var rec cancelRecord
 	if err := json.Unmarshal(body, &rec); err != nil {
@@ -152,12 +168,16 @@ func (c *cancelsActor) read(ctx context.Context, body []byte, caughtUp bool) (ma
 	default:
 		return ""
 	}
-	if caughtUp {
+	fresh := rec.Op == opCancel && rec.Ask != "" && now.Sub(time.UnixMilli(rec.At)) < cancelAnswerWindow
+	switch {
+	case caughtUp:
 		c.publish()
 		c.tellRunning(rec)
-	}
-	if rec.Op == opCancel && rec.Ask != "" && now.Sub(time.UnixMilli(rec.At)) < cancelAnswerWindow {
-		c.answer(ctx, rec.Ask)
+		if fresh {
+			c.answer(ctx, rec.Ask)
+		}
+	case fresh:
+		c.asks = append(c.asks, rec.Ask)
 	}
 	return ""
 }

@@ -395,7 +395,7 @@ func (w *Worker) stopError(ctx context.Context, err error) error {
 // wait for their handlers' holds, before the hold actor.
 func (w *Worker) supervisor(ctx context.Context, fail context.CancelCauseFunc, tasks chan task) *supervisor.Supervisor {
 	children := []supervisor.Child{{Name: "hold", Run: w.hold.Run, Restart: supervisor.Permanent}}
-	if w.cancels != nil {
+	if w.cancels != nil && len(w.consumed()) > 0 { // a worker that runs no job has nothing to cancel
 		children = append(children, supervisor.Child{Name: "cancels", Run: w.cancels.Run, Restart: supervisor.Permanent})
 	}
 	for _, q := range w.consumed() {
