@@ -1,0 +1,367 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/queuey-go/queuey/broker"
+)
+
+// The ledger of a queue set's cancelled jobs (broker.CancelLedger,
+// ARCHITECTURE.md §1, "Cancellation") is a durable stream queue,
+// broker.CancelLedgerName: a log the broker appends each publish to, in
+// the one order every consumer reads it in, and keeps after it is read.
+// A record is published to it persistent, with a confirm; a follower
+// consumes it from its first offset kept ("x-stream-offset": "first"),
+// then live. The stream keeps its records MaxCancelKeep (x-max-age) and
+// CancelLedgerMaxBytes at most (x-max-length-bytes), in segments of
+// CancelLedgerSegmentBytes, the unit in which retention drops the oldest.
+//
+// A stream says nothing of its consumers (a passive declare counts none),
+// so beside it is the roll of its followers (cancelRollName): a classic,
+// non-durable queue that every follower consumes and nothing is published
+// to, gone CancelRollExpires after its last follower. Its consumer count is
+// CancelFollowers. A follower consumes the roll first, then the stream,
+// on one channel: whoever the roll counts reads every record kept before
+// the count, since its stream consumer starts after, from the first.
+//
+// A follower does not drop: what its reader leaves unread holds its acks
+// back, and with them the stream's credit, so that the broker stops
+// sending it (followPrefetch in flight at most). It ends with its channel
+// or connection, with an error (ErrConnectionLost, or
+// ErrConsumerCancelled when the broker ended one of its consumers: the
+// stream or the roll was deleted, or its node went away), and does not
+// resubscribe: its owner follows again, from the start.
+
+// The bounds of a ledger's stream and of its roll.
+const (
+	// CancelLedgerMaxBytes is how much of a ledger the broker keeps at
+	// most; past it the oldest segment goes, whatever its records' keep.
+	CancelLedgerMaxBytes = 256 << 20
+	// CancelLedgerSegmentBytes is the size of a ledger's segments, the
+	// files retention deletes whole.
+	CancelLedgerSegmentBytes = 8 << 20
+	// CancelRollExpires is how long a roll of followers stays once it has
+	// none (x-expires).
+	CancelRollExpires = time.Minute
+)
+
+// followPrefetch is how many records a follower has in flight, unacked.
+const followPrefetch = 256
+
+var _ broker.CancelLedger = (*Backend)(nil)
+
+// ledgerArgs make a ledger's stream.
+var ledgerArgs = amqp.Table{
+	"x-queue-type":                    "stream",
+	"x-max-age":                       fmt.Sprintf("%ds", (broker.MaxCancelKeep+time.Second-1)/time.Second),
+	"x-max-length-bytes":              int64(CancelLedgerMaxBytes),
+	"x-stream-max-segment-size-bytes": int64(CancelLedgerSegmentBytes),
+}
+
+// rollArgs make a roll of followers: classic, whatever the virtual host's
+// default queue type (a quorum queue cannot be non-durable).
+var rollArgs = amqp.Table{
+	"x-queue-type": "classic",
+	"x-expires":    int64(CancelRollExpires / time.Millisecond),
+}
+
+// cancelRollName is the roll of the followers of prefix's ledger.
+func cancelRollName(prefix string) string { return broker.CancelLedgerName(prefix) + ".followers" }
+
+// checkLedger refuses, before anything is sent, a prefix whose ledger or
+// roll RabbitMQ cannot name.
+func checkLedger(prefix string) error {
+	ledger, roll := broker.CancelLedgerName(prefix), cancelRollName(prefix)
+	switch {
+	case !utf8.ValidString(ledger):
+		return &broker.NameError{Name: ledger, Reason: "is invalid: the name is not valid UTF-8"}
+	case strings.HasPrefix(ledger, "amq."):
+		return &broker.NameError{Name: ledger, Reason: `is invalid: the "amq." prefix is reserved by RabbitMQ`}
+	case len(roll) > broker.MaxNameBytes:
+		return &broker.NameError{Name: ledger, Reason: fmt.Sprintf("is invalid: its roll of followers, %.40q…, is %d bytes, over the %d-byte AMQP limit",
+			roll, len(roll), broker.MaxNameBytes)}
+	}
+	return nil
+}
+
+// AppendCancel implements broker.CancelLedger: it declares the ledger's
+// stream and publishes body into it, persistent, confirmed. A publish cut
+// off by a lost connection goes again on the next one, so a record may
+// be in the ledger twice. keep, in (0, MaxCancelKeep], is met by the
+// stream's own x-max-age, unless the ledger outgrows CancelLedgerMaxBytes.
+func (b *Backend) AppendCancel(ctx context.Context, prefix string, body []byte, keep time.Duration) error {
+	if err := checkLedger(prefix); err != nil {
+		return err
+	}
+	if keep <= 0 || keep > broker.MaxCancelKeep {
+		return fmt.Errorf("%w: cancellation keep %v is not in (0, %v]", broker.ErrInvalidDelay, keep, broker.MaxCancelKeep)
+	}
+	name := broker.CancelLedgerName(prefix)
+	pub := amqp.Publishing{MessageId: broker.NewJobID(), DeliveryMode: amqp.Persistent, Body: body}
+	var err error
+	for range 2 { // a stream deleted between the declare and the publish: once more
+		err = b.onSession(ctx, func(s *session) error { return s.declare(ctx, name, true, ledgerArgs) })
+		if err == nil {
+			err = b.publish(ctx, toQueue(name), pub)
+		}
+		if !errors.Is(err, broker.ErrUnroutable) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("append to the ledger %q: %w", name, err)
+	}
+	return nil
+}
+
+// CancelFollowers implements broker.CancelLedger: the consumers of the
+// roll, by a passive declare; a roll that does not exist has none.
+func (b *Backend) CancelFollowers(ctx context.Context, prefix string) (int, error) {
+	if err := checkLedger(prefix); err != nil {
+		return 0, err
+	}
+	var n int
+	err := b.onSession(ctx, func(s *session) error {
+		q, err := s.inspect(ctx, cancelRollName(prefix))
+		n = q.Consumers
+		if errors.Is(err, broker.ErrNoQueue) {
+			n, err = 0, nil
+		}
+		return err
+	})
+	return n, err
+}
+
+// FollowCancels implements broker.CancelLedger: a channel of its own on a
+// consume connection, which it waits for, bounded by ctx. The follower
+// ends at Close, at the backend's (Err: broker.ErrClosed) or with its
+// channel or connection; then follow again.
+func (b *Backend) FollowCancels(ctx context.Context, prefix string) (broker.Listener, error) {
+	if err := checkLedger(prefix); err != nil {
+		return nil, err
+	}
+	ledger := broker.CancelLedgerName(prefix)
+	for {
+		var f *follower
+		_, err := b.consumeOn(ctx, ledger, func(s *session, slot *channelSlot) (broker.Consumer, error) {
+			var err error
+			f, err = s.follow(ctx, slot, prefix)
+			return nil, err
+		})
+		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return f, nil
+	}
+}
+
+// follow opens the follower's channel and starts it (guard).
+func (s *session) follow(ctx context.Context, slot *channelSlot, prefix string) (*follower, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ledger := broker.CancelLedgerName(prefix)
+	var f *follower
+	err := s.guard(ctx, callRequest, "follow", ledger, func() error {
+		ch, err := s.conn.Channel()
+		if err != nil {
+			return lostOr(err)
+		}
+		f, err = startFollower(s, ch, slot, ledger, cancelRollName(prefix))
+		if err != nil {
+			_ = ch.Close()
+		}
+		return err
+	})
+	if err != nil {
+		if f != nil { // it got through, just as guard gave the connection up
+			f.Close()
+		}
+		return nil, fmt.Errorf("follow the ledger %q: %w", ledger, err)
+	}
+	return f, nil
+}
+
+// startFollower declares the ledger and its roll on ch, consumes the roll,
+// then the ledger from its first offset, and starts the follower's
+// goroutine.
+func startFollower(s *session, ch *amqp.Channel, slot *channelSlot, ledger, roll string) (*follower, error) {
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	cancelled := ch.NotifyCancel(make(chan string, 2))
+	if _, err := ch.QueueDeclare(ledger, true, false, false, false, ledgerArgs); err != nil {
+		return nil, followError(ledger, err)
+	}
+	if _, err := ch.QueueDeclare(roll, false, false, false, false, rollArgs); err != nil {
+		return nil, followError(roll, err)
+	}
+	if err := ch.Qos(followPrefetch, 0, false); err != nil {
+		return nil, lostOr(err)
+	}
+	counted, err := ch.Consume(roll, consumerTag(roll), true, false, false, false, nil)
+	if err != nil {
+		return nil, followError(roll, err)
+	}
+	records, err := ch.Consume(ledger, consumerTag(ledger), false, false, false, false, amqp.Table{"x-stream-offset": "first"})
+	if err != nil {
+		return nil, followError(ledger, err)
+	}
+	f := &follower{ledger: ledger, ch: ch, slot: slot, cancelled: cancelled,
+		out: make(chan []byte, listenerBuffer), stop: make(chan struct{}), ended: make(chan struct{})}
+	go f.run(records, counted, closed, s)
+	return f, nil
+}
+
+// followError says why declaring or consuming queue name failed.
+func followError(name string, err error) error {
+	var amqpErr *amqp.Error
+	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.PreconditionFailed {
+		return inequivalent(name, amqpErr.Reason)
+	}
+	return consumeError([]string{name}, err)
+}
+
+// follower is one follower's channel and its two consumers.
+type follower struct {
+	ledger    string
+	ch        *amqp.Channel
+	slot      *channelSlot // ch's, of its connection's channels
+	cancelled <-chan string
+	out       chan []byte
+	stop      chan struct{} // closed by Close
+	ended     chan struct{} // closed when run has set err
+	err       error
+	once      sync.Once
+}
+
+// run hands each record on, acking it once its reader has it, until the
+// records or the roll's consumer end, or Close.
+func (f *follower) run(records, counted <-chan amqp.Delivery, closed <-chan *amqp.Error, s *session) {
+	defer close(f.out)
+	defer close(f.ended)
+	for {
+		select {
+		case d, ok := <-records:
+			if !ok {
+				f.end(closed, s)
+				return
+			}
+			if !f.handOn(d, closed, s) {
+				return
+			}
+		case _, ok := <-counted: // nothing is published to the roll; what is, is dropped
+			if !ok {
+				f.end(closed, s)
+				return
+			}
+		case <-f.stop:
+			return
+		}
+	}
+}
+
+// handOn gives d's body to the reader, however long it takes, then acks
+// it, which lets the broker send the next. It reports false when the
+// follower ended meanwhile.
+func (f *follower) handOn(d amqp.Delivery, closed <-chan *amqp.Error, s *session) bool {
+	select {
+	case f.out <- d.Body:
+	case e, ok := <-closed:
+		again := make(chan *amqp.Error, 1)
+		if ok {
+			again <- e
+		}
+		f.end(again, s)
+		return false
+	case <-f.stop:
+		return false
+	}
+	_ = d.Ack(false) // one that fails, fails with the channel, whose end comes next
+	return true
+}
+
+// end records why the follower ended by itself, and closes its channel
+// if the broker left it open (it cancelled a consumer).
+func (f *follower) end(closed <-chan *amqp.Error, s *session) {
+	f.err = f.why(closed, s)
+	if !f.ch.IsClosed() && errors.Is(f.err, ErrConsumerCancelled) {
+		_ = f.ch.Close()
+	}
+	if f.ch.IsClosed() {
+		f.slot.release()
+	}
+}
+
+// why the follower ended: nil after Close, ErrClosed when the backend
+// closed, ErrConsumerCancelled when the broker cancelled a consumer, else
+// the lost connection or channel.
+func (f *follower) why(closed <-chan *amqp.Error, s *session) error {
+	select {
+	case <-f.stop:
+		return nil
+	default:
+	}
+	s.closeMu.Lock()
+	backendClosing := s.backendClosed
+	s.closeMu.Unlock()
+	var e *amqp.Error
+	select {
+	case e = <-closed:
+	default:
+	}
+	switch {
+	case backendClosing && e == nil:
+		return broker.ErrClosed
+	case e != nil:
+		return fmt.Errorf("%w: follower of %q: %s", ErrConnectionLost, f.ledger, e.Reason)
+	case len(f.cancelled) > 0:
+		return fmt.Errorf("%w: follower of %q (its stream or its roll was deleted, or its node went away); follow again",
+			ErrConsumerCancelled, f.ledger)
+	}
+	return fmt.Errorf("%w: follower of %q", ErrConnectionLost, f.ledger)
+}
+
+// Messages implements broker.Listener: the ledger's records, in order.
+func (f *follower) Messages() <-chan []byte { return f.out }
+
+// Err implements broker.Listener.
+func (f *follower) Err() error {
+	select {
+	case <-f.ended:
+		return f.err
+	default:
+		return nil
+	}
+}
+
+// Close implements broker.Listener: it closes the follower's channel, and
+// with it its consumers, waiting closeTimeout at most for the broker's
+// answer (the close then ends in the background).
+func (f *follower) Close() {
+	f.once.Do(func() {
+		close(f.stop)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = f.ch.Close()
+		}()
+		timer := time.NewTimer(closeTimeout)
+		defer timer.Stop()
+		select {
+		case <-done:
+		case <-timer.C:
+		}
+		<-f.ended
+		f.slot.release()
+	})
+}
