@@ -35,10 +35,11 @@ import (
 // A follower does not drop: what its reader leaves unread holds its acks
 // back, and with them the stream's credit, so that the broker stops
 // sending it (followPrefetch in flight at most). It ends with its channel
-// or connection, with an error (ErrConnectionLost, or
-// ErrConsumerCancelled when the broker ended one of its consumers: the
-// stream or the roll was deleted, or its node went away), and does not
-// resubscribe: its owner follows again, from the start.
+// or connection: ErrConnectionLost; ErrConsumerCancelled when the broker
+// ended one of its consumers (the stream or the roll was deleted, or its
+// node went away); broker.ErrFollowerBehind when its reader left a record
+// unread past the broker's consumer_timeout, which closes the channel. It
+// does not resubscribe: its owner follows again, from the start.
 
 // The bounds of a ledger's stream and of its roll.
 const (
@@ -303,8 +304,10 @@ func (f *follower) end(closed <-chan *amqp.Error, s *session) {
 }
 
 // why the follower ended: nil after Close, ErrClosed when the backend
-// closed, ErrConsumerCancelled when the broker cancelled a consumer, else
-// the lost connection or channel.
+// closed, broker.ErrFollowerBehind when the broker closed the channel for
+// a record left unacked past its consumer_timeout, ErrConsumerCancelled
+// when the broker cancelled a consumer, else the lost connection or
+// channel.
 func (f *follower) why(closed <-chan *amqp.Error, s *session) error {
 	select {
 	case <-f.stop:
@@ -322,6 +325,9 @@ func (f *follower) why(closed <-chan *amqp.Error, s *session) error {
 	switch {
 	case backendClosing && e == nil:
 		return broker.ErrClosed
+	case e != nil && e.Code == amqp.PreconditionFailed && strings.Contains(e.Reason, "timed out"):
+		// Its reader left a record unread past the broker's consumer_timeout.
+		return fmt.Errorf("%w (%w): follower of %q: %s", broker.ErrFollowerBehind, ErrConsumerTimeout, f.ledger, e.Reason)
 	case e != nil:
 		return fmt.Errorf("%w: follower of %q: %s", ErrConnectionLost, f.ledger, e.Reason)
 	case len(f.cancelled) > 0:

@@ -179,3 +179,34 @@ func TestALedgerRabbitMQCannotNameIsRefused(t *testing.T) {
 		t.Errorf("queues declared for a refused ledger: %v", queues)
 	}
 }
+
+// A follower whose stream or roll is deleted ends, with
+// ErrConsumerCancelled: one the roll no longer counts must not go on.
+func TestAFollowerEndsWhenItsStreamOrRollIsDeleted(t *testing.T) {
+	t.Parallel()
+	prefix := unique("deletedledger")
+	ledger, roll := ledgerOf(t, prefix)
+	b := rabbittest.Dial(t, nil)
+	defer b.Close()
+	for _, queue := range []string{roll, ledger} {
+		f, err := b.FollowCancels(t.Context(), prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rawChannel(t).QueueDelete(queue, false, false, false); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case _, ok := <-f.Messages():
+			if ok {
+				t.Fatalf("%s deleted: a record", queue)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s deleted: the follower did not end", queue)
+		}
+		if !errors.Is(f.Err(), rabbitmq.ErrConsumerCancelled) {
+			t.Errorf("%s deleted: Err %v, want ErrConsumerCancelled", queue, f.Err())
+		}
+		f.Close()
+	}
+}
