@@ -24,12 +24,13 @@ func (e *env) ledger() broker.CancelLedger {
 }
 
 // cancelPrefix returns a queue-set prefix of this test's own, and
-// remembers its ledger for cleanup, with the roll of its followers that
-// the RabbitMQ backend keeps beside it.
+// remembers for cleanup the roll of its followers that the RabbitMQ
+// backend keeps beside the ledger. The ledger itself is one for every
+// set (broker.CancelLedgerName), which tests beside this one follow: it
+// stays.
 func (e *env) cancelPrefix(name string) string {
 	prefix := e.prefix + "." + name
-	ledger := broker.CancelLedgerName(prefix)
-	e.created = append(e.created, ledger, ledger+".followers")
+	e.created = append(e.created, broker.CancelFollowersName(prefix))
 	return prefix
 }
 
@@ -170,7 +171,7 @@ var cancelTests = []struct {
 		e.appendCancel(prefix, "new")
 		wantIDs(e.t, e.hear(f, 4), "old.0", "old.1", "marker", "new")
 	}},
-	{"LedgersAreApart", func(e *env) {
+	{"QueueSetsAreApart", func(e *env) {
 		one, two := e.cancelPrefix("one"), e.cancelPrefix("two")
 		e.appendCancel(one, "to one")
 		f := e.follow(two)

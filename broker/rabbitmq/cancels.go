@@ -14,23 +14,27 @@ import (
 	"github.com/queuey-go/queuey/broker"
 )
 
-// The ledger of a queue set's cancelled jobs (broker.CancelLedger,
-// ARCHITECTURE.md §1, "Cancellation") is a durable stream queue,
+// The ledger of cancelled jobs (broker.CancelLedger, ARCHITECTURE.md §1,
+// "Cancellation") is one durable stream queue for the virtual host,
 // broker.CancelLedgerName: a log the broker appends each publish to, in
 // the one order every consumer reads it in, and keeps after it is read.
-// A record is published to it persistent, with a confirm; a follower
-// consumes it from its first offset kept ("x-stream-offset": "first"),
-// then live. The stream keeps its records MaxCancelKeep (x-max-age) and
-// CancelLedgerMaxBytes at most (x-max-length-bytes), in segments of
+// Every queue set's records go into it, each marked with its set's prefix
+// (a cancelSetHeader); a follower of a set reads the whole stream and
+// hands on its set's records only. A record is published persistent, with
+// a confirm; a follower consumes the stream from its first offset kept
+// ("x-stream-offset": "first"), then live. The stream keeps its records
+// MaxCancelKeep (x-max-age) and CancelLedgerMaxBytes at most
+// (x-max-length-bytes), for all the sets together, in segments of
 // CancelLedgerSegmentBytes, the unit in which retention drops the oldest.
 //
 // A stream says nothing of its consumers (a passive declare counts none),
-// so beside it is the roll of its followers (cancelRollName): a classic,
-// non-durable queue that every follower consumes and nothing is published
-// to, gone CancelRollExpires after its last follower. Its consumer count is
-// CancelFollowers. A follower consumes the roll first, then the stream,
-// on one channel: whoever the roll counts reads every record kept before
-// the count, since its stream consumer starts after, from the first.
+// so beside it each set has the roll of its followers
+// (broker.CancelFollowersName): a classic, non-durable queue that every
+// follower of the set consumes and nothing is published to, gone
+// CancelRollExpires after its last follower. Its consumer count is
+// CancelFollowers. A follower consumes the roll first, then the stream, on
+// one channel: whoever the roll counts reads every record kept before the
+// count, since its stream consumer starts after, from the first.
 //
 // A follower does not drop: what its reader leaves unread holds its acks
 // back, and with them the stream's credit, so that the broker stops
@@ -57,6 +61,10 @@ const (
 // followPrefetch is how many records a follower has in flight, unacked.
 const followPrefetch = 256
 
+// cancelSetHeader marks a record of the ledger with the prefix of its
+// queue set.
+const cancelSetHeader = "x-queuey-set"
+
 var _ broker.CancelLedger = (*Backend)(nil)
 
 // ledgerArgs make a ledger's stream.
@@ -74,39 +82,37 @@ var rollArgs = amqp.Table{
 	"x-expires":    int64(CancelRollExpires / time.Millisecond),
 }
 
-// cancelRollName is the roll of the followers of prefix's ledger.
-func cancelRollName(prefix string) string { return broker.CancelLedgerName(prefix) + ".followers" }
-
-// checkLedger refuses, before anything is sent, a prefix whose ledger or
-// roll RabbitMQ cannot name.
-func checkLedger(prefix string) error {
-	ledger, roll := broker.CancelLedgerName(prefix), cancelRollName(prefix)
+// checkRoll refuses, before anything is sent, a prefix whose roll of
+// followers RabbitMQ cannot name.
+func checkRoll(prefix string) error {
+	roll := broker.CancelFollowersName(prefix)
 	switch {
-	case !utf8.ValidString(ledger):
-		return &broker.NameError{Name: ledger, Reason: "is invalid: the name is not valid UTF-8"}
-	case strings.HasPrefix(ledger, "amq."):
-		return &broker.NameError{Name: ledger, Reason: `is invalid: the "amq." prefix is reserved by RabbitMQ`}
+	case !utf8.ValidString(roll):
+		return &broker.NameError{Name: roll, Reason: "is invalid: the name is not valid UTF-8"}
+	case strings.HasPrefix(roll, "amq."):
+		return &broker.NameError{Name: roll, Reason: `is invalid: the "amq." prefix is reserved by RabbitMQ`}
 	case len(roll) > broker.MaxNameBytes:
-		return &broker.NameError{Name: ledger, Reason: fmt.Sprintf("is invalid: its roll of followers, %.40q…, is %d bytes, over the %d-byte AMQP limit",
-			roll, len(roll), broker.MaxNameBytes)}
+		return &broker.NameError{Name: roll, Reason: fmt.Sprintf("is invalid: the name is %d bytes, over the %d-byte AMQP limit", len(roll), broker.MaxNameBytes)}
 	}
 	return nil
 }
 
 // AppendCancel implements broker.CancelLedger: it declares the ledger's
-// stream and publishes body into it, persistent, confirmed. A publish cut
+// stream and publishes body into it, marked with prefix, persistent,
+// confirmed. A publish cut
 // off by a lost connection goes again on the next one, so a record may
 // be in the ledger twice. keep, in (0, MaxCancelKeep], is met by the
 // stream's own x-max-age, unless the ledger outgrows CancelLedgerMaxBytes.
 func (b *Backend) AppendCancel(ctx context.Context, prefix string, body []byte, keep time.Duration) error {
-	if err := checkLedger(prefix); err != nil {
+	if err := checkRoll(prefix); err != nil {
 		return err
 	}
 	if keep <= 0 || keep > broker.MaxCancelKeep {
 		return fmt.Errorf("%w: cancellation keep %v is not in (0, %v]", broker.ErrInvalidDelay, keep, broker.MaxCancelKeep)
 	}
-	name := broker.CancelLedgerName(prefix)
-	pub := amqp.Publishing{MessageId: broker.NewJobID(), DeliveryMode: amqp.Persistent, Body: body}
+	name := broker.CancelLedgerName
+	pub := amqp.Publishing{MessageId: broker.NewJobID(), DeliveryMode: amqp.Persistent, Body: body,
+		Headers: amqp.Table{cancelSetHeader: prefix}}
 	var err error
 	for range 2 { // a stream deleted between the declare and the publish: once more
 		err = b.onSession(ctx, func(s *session) error { return s.declare(ctx, name, true, ledgerArgs) })
@@ -118,20 +124,21 @@ func (b *Backend) AppendCancel(ctx context.Context, prefix string, body []byte, 
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("append to the ledger %q: %w", name, err)
+		return fmt.Errorf("append to the ledger %q for %q: %w", name, prefix, err)
 	}
 	return nil
 }
 
-// CancelFollowers implements broker.CancelLedger: the consumers of the
-// roll, by a passive declare; a roll that does not exist has none.
+// CancelFollowers implements broker.CancelLedger: the consumers of
+// prefix's roll, by a passive declare; a roll that does not exist has
+// none.
 func (b *Backend) CancelFollowers(ctx context.Context, prefix string) (int, error) {
-	if err := checkLedger(prefix); err != nil {
+	if err := checkRoll(prefix); err != nil {
 		return 0, err
 	}
 	var n int
 	err := b.onSession(ctx, func(s *session) error {
-		q, err := s.inspect(ctx, cancelRollName(prefix))
+		q, err := s.inspect(ctx, broker.CancelFollowersName(prefix))
 		n = q.Consumers
 		if errors.Is(err, broker.ErrNoQueue) {
 			n, err = 0, nil
@@ -144,15 +151,34 @@ func (b *Backend) CancelFollowers(ctx context.Context, prefix string) (int, erro
 // FollowCancels implements broker.CancelLedger: a channel of its own on a
 // consume connection, which it waits for, bounded by ctx. The follower
 // ends at Close, at the backend's (Err: broker.ErrClosed) or with its
-// channel or connection; then follow again.
+// channel or connection; then follow again. A stream another process has
+// just declared may not be up on this node yet: FollowCancels tries again
+// after a pause (nackPause), until ctx ends.
 func (b *Backend) FollowCancels(ctx context.Context, prefix string) (broker.Listener, error) {
-	if err := checkLedger(prefix); err != nil {
+	if err := checkRoll(prefix); err != nil {
 		return nil, err
 	}
-	ledger := broker.CancelLedgerName(prefix)
+	pause := nackPause{clock: b.opts.Clock}
+	for {
+		f, err := b.followOnce(ctx, prefix)
+		if !errors.Is(err, errStreamStarting) {
+			if err != nil {
+				return nil, err
+			}
+			return f, nil
+		}
+		if perr := pause.wait(ctx); perr != nil {
+			return nil, fmt.Errorf("%w (tried again until: %w)", err, perr)
+		}
+	}
+}
+
+// followOnce starts a follower on a consume connection, on the next one
+// when the connection was lost meanwhile, until ctx ends.
+func (b *Backend) followOnce(ctx context.Context, prefix string) (*follower, error) {
 	for {
 		var f *follower
-		_, err := b.consumeOn(ctx, ledger, func(s *session, slot *channelSlot) (broker.Consumer, error) {
+		_, err := b.consumeOn(ctx, broker.CancelLedgerName, func(s *session, slot *channelSlot) (broker.Consumer, error) {
 			var err error
 			f, err = s.follow(ctx, slot, prefix)
 			return nil, err
@@ -160,10 +186,7 @@ func (b *Backend) FollowCancels(ctx context.Context, prefix string) (broker.List
 		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
 			continue
 		}
-		if err != nil {
-			return nil, err
-		}
-		return f, nil
+		return f, err
 	}
 }
 
@@ -172,14 +195,14 @@ func (s *session) follow(ctx context.Context, slot *channelSlot, prefix string) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	ledger := broker.CancelLedgerName(prefix)
+	ledger, roll := broker.CancelLedgerName, broker.CancelFollowersName(prefix)
 	var f *follower
-	err := s.guard(ctx, callRequest, "follow", ledger, func() error {
+	err := s.guard(ctx, callRequest, "follow", roll, func() error {
 		ch, err := s.conn.Channel()
 		if err != nil {
 			return lostOr(err)
 		}
-		f, err = startFollower(s, ch, slot, ledger, cancelRollName(prefix))
+		f, err = startFollower(s, ch, slot, prefix, ledger, roll)
 		if err != nil {
 			_ = ch.Close()
 		}
@@ -189,15 +212,15 @@ func (s *session) follow(ctx context.Context, slot *channelSlot, prefix string) 
 		if f != nil { // it got through, just as guard gave the connection up
 			f.Close()
 		}
-		return nil, fmt.Errorf("follow the ledger %q: %w", ledger, err)
+		return nil, fmt.Errorf("follow the ledger %q for %q: %w", ledger, prefix, err)
 	}
 	return f, nil
 }
 
-// startFollower declares the ledger and its roll on ch, consumes the roll,
-// then the ledger from its first offset, and starts the follower's
+// startFollower declares the ledger and prefix's roll on ch, consumes the
+// roll, then the ledger from its first offset, and starts the follower's
 // goroutine.
-func startFollower(s *session, ch *amqp.Channel, slot *channelSlot, ledger, roll string) (*follower, error) {
+func startFollower(s *session, ch *amqp.Channel, slot *channelSlot, prefix, ledger, roll string) (*follower, error) {
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	cancelled := ch.NotifyCancel(make(chan string, 2))
 	if _, err := ch.QueueDeclare(ledger, true, false, false, false, ledgerArgs); err != nil {
@@ -217,16 +240,26 @@ func startFollower(s *session, ch *amqp.Channel, slot *channelSlot, ledger, roll
 	if err != nil {
 		return nil, followError(ledger, err)
 	}
-	f := &follower{ledger: ledger, ch: ch, slot: slot, cancelled: cancelled,
+	f := &follower{set: prefix, ledger: ledger, ch: ch, slot: slot, cancelled: cancelled,
 		out: make(chan []byte, listenerBuffer), stop: make(chan struct{}), ended: make(chan struct{})}
 	go f.run(records, counted, closed, s)
 	return f, nil
 }
 
+// errStreamStarting: the broker has the ledger's stream, but not yet its
+// replica on the connection's node; it comes up soon after the stream is
+// first declared (a consume then, from another connection, is refused
+// with PRECONDITION_FAILED, or, on RabbitMQ 3.10, ends the connection
+// with INTERNAL_ERROR).
+var errStreamStarting = errors.New("rabbitmq: the ledger's stream has no replica on this node yet")
+
 // followError says why declaring or consuming queue name failed.
 func followError(name string, err error) error {
 	var amqpErr *amqp.Error
-	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.PreconditionFailed {
+	switch {
+	case errors.As(err, &amqpErr) && amqpErr.Code == amqp.PreconditionFailed && strings.Contains(amqpErr.Reason, "replica on the local node"):
+		return fmt.Errorf("%w: %s", errStreamStarting, amqpErr.Reason)
+	case errors.As(err, &amqpErr) && amqpErr.Code == amqp.PreconditionFailed:
 		return inequivalent(name, amqpErr.Reason)
 	}
 	return consumeError([]string{name}, err)
@@ -234,6 +267,7 @@ func followError(name string, err error) error {
 
 // follower is one follower's channel and its two consumers.
 type follower struct {
+	set       string // the prefix whose records it hands on
 	ledger    string
 	ch        *amqp.Channel
 	slot      *channelSlot // ch's, of its connection's channels
@@ -245,8 +279,9 @@ type follower struct {
 	once      sync.Once
 }
 
-// run hands each record on, acking it once its reader has it, until the
-// records or the roll's consumer end, or Close.
+// run hands each record of its set on, acking it once its reader has it
+// (and every other set's at once), until the records or the roll's
+// consumer end, or Close.
 func (f *follower) run(records, counted <-chan amqp.Delivery, closed <-chan *amqp.Error, s *session) {
 	defer close(f.out)
 	defer close(f.ended)
@@ -256,6 +291,10 @@ func (f *follower) run(records, counted <-chan amqp.Delivery, closed <-chan *amq
 			if !ok {
 				f.end(closed, s)
 				return
+			}
+			if set, ok := d.Headers[cancelSetHeader].(string); !ok || set != f.set {
+				_ = d.Ack(false) // another set's record: credit for the next
+				continue
 			}
 			if !f.handOn(d, closed, s) {
 				return
@@ -327,17 +366,18 @@ func (f *follower) why(closed <-chan *amqp.Error, s *session) error {
 		return broker.ErrClosed
 	case e != nil && e.Code == amqp.PreconditionFailed && strings.Contains(e.Reason, "timed out"):
 		// Its reader left a record unread past the broker's consumer_timeout.
-		return fmt.Errorf("%w (%w): follower of %q: %s", broker.ErrFollowerBehind, ErrConsumerTimeout, f.ledger, e.Reason)
+		return fmt.Errorf("%w (%w): follower of %q for %q: %s", broker.ErrFollowerBehind, ErrConsumerTimeout, f.ledger, f.set, e.Reason)
 	case e != nil:
-		return fmt.Errorf("%w: follower of %q: %s", ErrConnectionLost, f.ledger, e.Reason)
+		return fmt.Errorf("%w: follower of %q for %q: %s", ErrConnectionLost, f.ledger, f.set, e.Reason)
 	case len(f.cancelled) > 0:
-		return fmt.Errorf("%w: follower of %q (its stream or its roll was deleted, or its node went away); follow again",
-			ErrConsumerCancelled, f.ledger)
+		return fmt.Errorf("%w: follower of %q for %q (its stream or its roll was deleted, or its node went away); follow again",
+			ErrConsumerCancelled, f.ledger, f.set)
 	}
-	return fmt.Errorf("%w: follower of %q", ErrConnectionLost, f.ledger)
+	return fmt.Errorf("%w: follower of %q for %q", ErrConnectionLost, f.ledger, f.set)
 }
 
-// Messages implements broker.Listener: the ledger's records, in order.
+// Messages implements broker.Listener: the set's records, in the
+// ledger's order.
 func (f *follower) Messages() <-chan []byte { return f.out }
 
 // Err implements broker.Listener.

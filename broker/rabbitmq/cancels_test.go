@@ -13,14 +13,14 @@ import (
 	"github.com/queuey-go/queuey/broker/rabbitmq/rabbittest"
 )
 
-// ledgerOf returns the ledger and roll of prefix, deleted when the test
-// ends (after the backend, closed by a defer, is).
+// ledgerOf returns the ledger and prefix's roll; the roll is deleted
+// when the test ends (after the backend, closed by a defer, is). The
+// ledger is every set's, which other tests follow meanwhile: it stays.
 func ledgerOf(t *testing.T, prefix string) (ledger, roll string) {
 	t.Helper()
-	ledger = broker.CancelLedgerName(prefix)
-	roll = ledger + ".followers"
-	t.Cleanup(func() { rabbittest.DeleteQueues(t, ledger, roll) })
-	return ledger, roll
+	roll = broker.CancelFollowersName(prefix)
+	t.Cleanup(func() { rabbittest.DeleteQueues(t, roll) })
+	return broker.CancelLedgerName, roll
 }
 
 // readRecords reads n records from l, each within 5 s.
@@ -54,7 +54,10 @@ func TestALedgerIsAStreamItsFollowersAreOnARoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	queues := listQueues(t, prefix)
+	queues := listQueues(t, ledger)
+	for name, info := range listQueues(t, prefix) {
+		queues[name] = info
+	}
 	if !queues[ledger].Durable {
 		t.Errorf("the ledger %s is not durable", ledger)
 	}
@@ -139,7 +142,7 @@ func TestAFollowerThatIsNotReadDropsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	const records = 700 // more than the follower's buffer and its prefetch
+	const records = 600 // more than the follower's buffer and its prefetch together (512)
 	for i := range records {
 		if err := b.AppendCancel(ctx, prefix, fmt.Appendf(nil, "%d", i), time.Hour); err != nil {
 			t.Fatal(err)
@@ -159,8 +162,8 @@ func TestALedgerRabbitMQCannotNameIsRefused(t *testing.T) {
 	b := rabbittest.Dial(t, nil)
 	defer b.Close()
 	ctx := t.Context()
-	// Its ledger fits in 255 bytes; its roll does not.
-	long := "qt." + strings.Repeat("x", broker.MaxNameBytes-len(".cancellations")-len("qt."))
+	// Its roll is one byte over 255.
+	long := "qt." + strings.Repeat("x", broker.MaxNameBytes-len(".cancellations.followers")-len("qt.")+1)
 	for _, prefix := range []string{long, "amq", "qt.\xff"} {
 		err := b.AppendCancel(ctx, prefix, []byte("x"), time.Hour)
 		if !errors.Is(err, broker.ErrInvalidName) {
@@ -180,33 +183,32 @@ func TestALedgerRabbitMQCannotNameIsRefused(t *testing.T) {
 	}
 }
 
-// A follower whose stream or roll is deleted ends, with
-// ErrConsumerCancelled: one the roll no longer counts must not go on.
-func TestAFollowerEndsWhenItsStreamOrRollIsDeleted(t *testing.T) {
+// A follower whose roll is deleted ends, with ErrConsumerCancelled: one
+// the roll no longer counts must not go on. (So does one whose stream is
+// deleted; the stream is every set's, which other tests follow.)
+func TestAFollowerEndsWhenItsRollIsDeleted(t *testing.T) {
 	t.Parallel()
-	prefix := unique("deletedledger")
-	ledger, roll := ledgerOf(t, prefix)
+	prefix := unique("deletedroll")
+	_, roll := ledgerOf(t, prefix)
 	b := rabbittest.Dial(t, nil)
 	defer b.Close()
-	for _, queue := range []string{roll, ledger} {
-		f, err := b.FollowCancels(t.Context(), prefix)
-		if err != nil {
-			t.Fatal(err)
+	f, err := b.FollowCancels(t.Context(), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := rawChannel(t).QueueDelete(roll, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case _, ok := <-f.Messages():
+		if ok {
+			t.Fatal("a record after the roll was deleted")
 		}
-		if _, err := rawChannel(t).QueueDelete(queue, false, false, false); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case _, ok := <-f.Messages():
-			if ok {
-				t.Fatalf("%s deleted: a record", queue)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("%s deleted: the follower did not end", queue)
-		}
-		if !errors.Is(f.Err(), rabbitmq.ErrConsumerCancelled) {
-			t.Errorf("%s deleted: Err %v, want ErrConsumerCancelled", queue, f.Err())
-		}
-		f.Close()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the follower did not end with its roll")
+	}
+	if !errors.Is(f.Err(), rabbitmq.ErrConsumerCancelled) {
+		t.Errorf("Err %v, want ErrConsumerCancelled", f.Err())
 	}
 }
