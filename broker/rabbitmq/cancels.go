@@ -36,14 +36,19 @@ import (
 // one channel: whoever the roll counts reads every record kept before the
 // count, since its stream consumer starts after, from the first.
 //
-// A follower does not drop: what its reader leaves unread holds its acks
-// back, and with them the stream's credit, so that the broker stops
-// sending it (followPrefetch in flight at most). It ends with its channel
-// or connection: ErrConnectionLost; ErrConsumerCancelled when the broker
+// A follower has a channel of its own on the publishing connection, as a
+// broadcast listener has: it takes none of the consume connections'
+// channels, which are counted for the work queues' consumers
+// (consumelinks.go). It does not drop: what its reader leaves unread
+// holds its acks back, and with them the stream's credit, so that the
+// broker stops sending it (followPrefetch in flight at most). A broker
+// alarm that blocks the connection holds its acks back too: it stalls,
+// and goes on once the block lifts. It ends with its channel or
+// connection: ErrConnectionLost; ErrConsumerCancelled when the broker
 // ended one of its consumers (the stream or the roll was deleted, or its
-// node went away); broker.ErrFollowerBehind when its reader left a record
-// unread past the broker's consumer_timeout, which closes the channel. It
-// does not resubscribe: its owner follows again, from the start.
+// node went away); broker.ErrFollowerBehind when a record stayed unacked
+// past the broker's consumer_timeout, which closes the channel. It does
+// not resubscribe: its owner follows again, from the start.
 
 // The bounds of a ledger's stream and of its roll.
 const (
@@ -148,12 +153,13 @@ func (b *Backend) CancelFollowers(ctx context.Context, prefix string) (int, erro
 	return n, err
 }
 
-// FollowCancels implements broker.CancelLedger: a channel of its own on a
-// consume connection, which it waits for, bounded by ctx. The follower
-// ends at Close, at the backend's (Err: broker.ErrClosed) or with its
-// channel or connection; then follow again. A stream another process has
-// just declared may not be up on this node yet: FollowCancels tries again
-// after a pause (nackPause), until ctx ends.
+// FollowCancels implements broker.CancelLedger: a channel of its own on
+// the publishing connection, as a broadcast listener has, which it waits
+// for, bounded by ctx. The follower ends at Close, at the backend's (Err:
+// broker.ErrClosed) or with its channel or connection; then follow again.
+// A stream another process has just declared may not be up on this node
+// yet: FollowCancels tries again after a pause (nackPause), until ctx
+// ends.
 func (b *Backend) FollowCancels(ctx context.Context, prefix string) (broker.Listener, error) {
 	if err := checkRoll(prefix); err != nil {
 		return nil, err
@@ -173,16 +179,15 @@ func (b *Backend) FollowCancels(ctx context.Context, prefix string) (broker.List
 	}
 }
 
-// followOnce starts a follower on a consume connection, on the next one
-// when the connection was lost meanwhile, until ctx ends.
+// followOnce starts a follower on the live publishing session, on the
+// next one when the connection was lost meanwhile, until ctx ends.
 func (b *Backend) followOnce(ctx context.Context, prefix string) (*follower, error) {
 	for {
-		var f *follower
-		_, err := b.consumeOn(ctx, broker.CancelLedgerName, func(s *session, slot *channelSlot) (broker.Consumer, error) {
-			var err error
-			f, err = s.follow(ctx, slot, prefix)
+		s, err := b.session(ctx)
+		if err != nil {
 			return nil, err
-		})
+		}
+		f, err := s.follow(ctx, prefix)
 		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
 			continue
 		}
@@ -190,8 +195,12 @@ func (b *Backend) followOnce(ctx context.Context, prefix string) (*follower, err
 	}
 }
 
-// follow opens the follower's channel and starts it (guard).
-func (s *session) follow(ctx context.Context, slot *channelSlot, prefix string) (*follower, error) {
+// follow opens the follower's channel and starts it (guard), once the
+// broker does not block the connection.
+func (s *session) follow(ctx context.Context, prefix string) (*follower, error) {
+	if err := s.waitUnblocked(ctx); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -202,7 +211,7 @@ func (s *session) follow(ctx context.Context, slot *channelSlot, prefix string) 
 		if err != nil {
 			return lostOr(err)
 		}
-		f, err = startFollower(s, ch, slot, prefix, ledger, roll)
+		f, err = startFollower(s, ch, prefix, ledger, roll)
 		if err != nil {
 			_ = ch.Close()
 		}
@@ -220,7 +229,7 @@ func (s *session) follow(ctx context.Context, slot *channelSlot, prefix string) 
 // startFollower declares the ledger and prefix's roll on ch, consumes the
 // roll, then the ledger from its first offset, and starts the follower's
 // goroutine.
-func startFollower(s *session, ch *amqp.Channel, slot *channelSlot, prefix, ledger, roll string) (*follower, error) {
+func startFollower(s *session, ch *amqp.Channel, prefix, ledger, roll string) (*follower, error) {
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	cancelled := ch.NotifyCancel(make(chan string, 2))
 	if _, err := ch.QueueDeclare(ledger, true, false, false, false, ledgerArgs); err != nil {
@@ -240,7 +249,7 @@ func startFollower(s *session, ch *amqp.Channel, slot *channelSlot, prefix, ledg
 	if err != nil {
 		return nil, followError(ledger, err)
 	}
-	f := &follower{set: prefix, ledger: ledger, ch: ch, slot: slot, cancelled: cancelled,
+	f := &follower{set: prefix, ledger: ledger, ch: ch, cancelled: cancelled,
 		out: make(chan []byte, listenerBuffer), stop: make(chan struct{}), ended: make(chan struct{})}
 	go f.run(records, counted, closed, s)
 	return f, nil
@@ -270,7 +279,6 @@ type follower struct {
 	set       string // the prefix whose records it hands on
 	ledger    string
 	ch        *amqp.Channel
-	slot      *channelSlot // ch's, of its connection's channels
 	cancelled <-chan string
 	out       chan []byte
 	stop      chan struct{} // closed by Close
@@ -336,9 +344,6 @@ func (f *follower) end(closed <-chan *amqp.Error, s *session) {
 	f.err = f.why(closed, s)
 	if !f.ch.IsClosed() && errors.Is(f.err, ErrConsumerCancelled) {
 		_ = f.ch.Close()
-	}
-	if f.ch.IsClosed() {
-		f.slot.release()
 	}
 }
 
@@ -408,6 +413,5 @@ func (f *follower) Close() {
 		case <-timer.C:
 		}
 		<-f.ended
-		f.slot.release()
 	})
 }
