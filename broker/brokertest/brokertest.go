@@ -184,7 +184,7 @@ func Run(t *testing.T, cfg Config) {
 	if cfg.New == nil {
 		t.Fatal("brokertest: Config.New is required")
 	}
-	for _, tc := range slices.Concat(tests, broadcastTests) {
+	for _, tc := range slices.Concat(tests, broadcastTests, cancelTests) {
 		t.Run(tc.name, func(t *testing.T) { runOne(t, cfg, tc.run) })
 	}
 	for _, tc := range keyTests {
