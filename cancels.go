@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,17 +33,11 @@ type cancelsActor struct {
 	follower string // this worker's name in its answers
 
 	view    atomic.Pointer[map[string]time.Time] // the cancelled jobs and until when; nil: none
-	running []atomic.Pointer[runningJob]         // one per handler goroutine, written by it
+	running []atomic.Pointer[jobCtx]             // one per handler goroutine, written by it
 	met     *mailbox.Mailbox[string]             // cancelled jobs that arrived and ended, to forget
 
 	ids  map[string]time.Time // the actor's own: the cancelled jobs, until when
 	asks []string             // cancellations read before catching up, to answer then
-}
-
-// runningJob is a job a handler goroutine runs, and how to tell it.
-type runningJob struct {
-	id     string
-	cancel context.CancelCauseFunc
 }
 
 // Bounds of the actor.
@@ -69,7 +64,7 @@ func newCancelsActor(w *Worker) *cancelsActor {
 		return nil
 	}
 	return &cancelsActor{w: w, ledger: ledger, bc: bc, follower: nonce(),
-		running: make([]atomic.Pointer[runningJob], w.concurrency), met: mailbox.New[string](cancelMetBuffer)}
+		running: make([]atomic.Pointer[jobCtx], w.concurrency), met: mailbox.New[string](cancelMetBuffer)}
 }
 
 // Run follows the ledger until ctx ends, following it again after a
@@ -201,8 +196,8 @@ func (c *cancelsActor) tellRunning(rec cancelRecord) {
 		return
 	}
 	for i := range c.running {
-		if r := c.running[i].Load(); r != nil && r.id == rec.JobID {
-			r.cancel(ErrJobCancelled)
+		if j := c.running[i].Load(); j != nil && j.id == rec.JobID {
+			j.tell()
 		}
 	}
 }
@@ -246,17 +241,16 @@ func (c *cancelsActor) isCancelled(id string) bool {
 // watch publishes, in slot, that the calling handler goroutine runs the
 // job id with the ctx it returns, which the actor cancels if the job is
 // cancelled. unwatch ends it.
-func (c *cancelsActor) watch(ctx context.Context, slot int, id string) (context.Context, *runningJob) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	r := &runningJob{id: id, cancel: cancel}
-	c.running[slot].Store(r)
-	return ctx, r
+func (c *cancelsActor) watch(ctx context.Context, slot int, id string) *jobCtx {
+	j := &jobCtx{Context: ctx, id: id}
+	c.running[slot].Store(j)
+	return j
 }
 
-// unwatch ends watch's r: the job is over.
-func (c *cancelsActor) unwatch(slot int, r *runningJob) {
+// unwatch ends watch's j: the job is over.
+func (c *cancelsActor) unwatch(slot int, j *jobCtx) {
 	c.running[slot].Store(nil)
-	r.cancel(nil)
+	j.end()
 }
 
 // forget asks for the cancellation of id, whose job arrived and ended,
@@ -269,4 +263,96 @@ func (c *cancelsActor) forget(id string) { _ = c.met.TryPut(id) }
 func (w *Worker) cancelled(f jobFacts, ran bool, err error) settlement {
 	w.cancels.forget(f.env.JobID)
 	return settlement{action: actAck, log: f.log, out: Outcome{Result: Cancelled, Ran: ran, Err: err}}
+}
+
+// jobCtx is a running job's ctx: its task's, cancelled with the cause
+// ErrJobCancelled if the job is cancelled (tell). It makes a cancelCtx of
+// its own only once one is needed, when its Done is asked for or it is
+// told: a handler that never looks at its ctx's Done (a busy worker's
+// quick jobs) then costs one allocation, where a cancelCtx for each job
+// costs three and a lock of its parent, which the queue's handlers share.
+type jobCtx struct {
+	context.Context // the task's: its values and deadline; its end, until own is made
+	id              string
+
+	own     atomic.Pointer[ownCtx] // made once, under mu
+	wasTold atomic.Bool
+	mu      sync.Mutex
+	ended   bool // under mu: the job is over
+}
+
+// ownCtx is a jobCtx's own cancelCtx, child of the task's.
+type ownCtx struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// Done is the own ctx's, made on the first call.
+func (j *jobCtx) Done() <-chan struct{} { return j.made().ctx.Done() }
+
+// Err is the own ctx's once made, else the task's.
+func (j *jobCtx) Err() error {
+	if o := j.own.Load(); o != nil {
+		return o.ctx.Err()
+	}
+	return j.Context.Err()
+}
+
+// Value is the own ctx's once made (context.Cause reads its cause so),
+// else the task's.
+func (j *jobCtx) Value(key any) any {
+	if o := j.own.Load(); o != nil {
+		return o.ctx.Value(key)
+	}
+	return j.Context.Value(key)
+}
+
+// tell cancels the job's ctx with ErrJobCancelled, unless it is over.
+func (j *jobCtx) tell() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.ended {
+		return
+	}
+	o := j.makeLocked()
+	j.wasTold.Store(true)
+	o.cancel(ErrJobCancelled)
+}
+
+// told reports whether tell cancelled the job's ctx.
+func (j *jobCtx) told() bool { return j.wasTold.Load() }
+
+// made is the own ctx, made now if it is not yet.
+func (j *jobCtx) made() *ownCtx {
+	if o := j.own.Load(); o != nil {
+		return o
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.makeLocked()
+}
+
+// makeLocked makes the own ctx if it is not yet; made after the job is
+// over (a goroutine the handler left behind), it is cancelled at once.
+func (j *jobCtx) makeLocked() *ownCtx {
+	if o := j.own.Load(); o != nil {
+		return o
+	}
+	ctx, cancel := context.WithCancelCause(j.Context)
+	o := &ownCtx{ctx: ctx, cancel: cancel}
+	j.own.Store(o)
+	if j.ended {
+		cancel(nil)
+	}
+	return o
+}
+
+// end releases the own ctx, if one was made: the job is over.
+func (j *jobCtx) end() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.ended = true
+	if o := j.own.Load(); o != nil {
+		o.cancel(nil)
+	}
 }

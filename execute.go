@@ -199,9 +199,9 @@ func (w *Worker) execute(ctx context.Context, t task, rd *readDelivery) settleme
 	env.Queue = t.q.broker // republish where it came from, whatever the body says
 	f := jobFacts{log: jobLog{l: w.log, id: env.JobID, kind: env.JobType, queue: t.q.broker, attempt: env.Attempt}, env: env, jc: rd.jc}
 	if c := w.cancels; c != nil {
-		var r *runningJob
-		ctx, r = c.watch(ctx, t.slot, env.JobID) // before the look: see cancelsActor
-		defer c.unwatch(t.slot, r)
+		j := c.watch(ctx, t.slot, env.JobID) // before the look: see cancelsActor
+		defer c.unwatch(t.slot, j)
+		ctx = j
 		if c.isCancelled(env.JobID) {
 			return w.cancelled(f, false, nil)
 		}
@@ -234,7 +234,8 @@ func (w *Worker) runHandler(ctx context.Context, t task, h handler, job decodedJ
 	err := w.call(ctx, t.q, h, job, f.jc)
 	ran := w.clock.Since(started)
 	var s settlement
-	switch told := errors.Is(context.Cause(ctx), ErrJobCancelled); {
+	j, _ := ctx.(*jobCtx)
+	switch told := j != nil && j.told(); {
 	case told && err != nil:
 		s = w.cancelled(f, true, err)
 	case told:
