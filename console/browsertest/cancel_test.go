@@ -10,6 +10,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/queuey-go/queuey"
+	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/broker/rabbitmq/rabbittest"
 )
 
 // outcomes records each delivery's outcome by job id, through the Deliver
@@ -90,4 +92,35 @@ func TestCancelAJobByTypingItsID(t *testing.T) {
 		t.Errorf("the handler ran job %d after the cancellation", j.N)
 	default:
 	}
+}
+
+// TestCancelOnRabbitMQByTypingItsID: on RabbitMQ, with a worker of the
+// set running, the id of a job enqueued to run in an hour is typed into
+// the Overview's form and the button clicked: the page says the job is
+// cancelled, once the worker has confirmed it.
+func TestCancelOnRabbitMQByTypingItsID(t *testing.T) {
+	r := newRabbitRig(t, paced)
+	if _, ok := any(r.backend).(broker.CancelLedger); !ok {
+		t.Skip("the RabbitMQ backend keeps no ledger of cancellations (it is not a broker.CancelLedger) yet: the console cannot cancel there")
+	}
+	work := r.set.BrokerName(paced.Name)
+	t.Cleanup(func() {
+		rabbittest.DeleteQueues(t, broker.HoldQueueName(work, time.Hour), broker.CancelFollowersName(r.set.Prefix))
+	})
+	ran := make(chan struct{}, 4)
+	_, _, stop := r.worker(paced.Name, func(context.Context) error { ran <- struct{}{}; return nil })
+	defer stop()
+	_, err := r.producer.Enqueue(t.Context(), pacedJob{0})
+	must(t, err)
+	select {
+	case <-ran: // the worker has read the ledger of cancellations, and follows it
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first job did not run")
+	}
+	id, err := r.producer.EnqueueAfter(t.Context(), pacedJob{1}, time.Hour)
+	must(t, err)
+	ctx := browser(t)
+	run(t, ctx, "cancel by typing the id", chromedp.Navigate(r.url+"/"), chromedp.WaitVisible(`#cancel-id`), chromedp.SendKeys(`#cancel-id`, id),
+		chromedp.Click(`#cancel button[type=submit]`), waitContains(`.message`, "Job "+id+" is cancelled: it will not run."))
+	shot(t, ctx, "rabbitmq-cancelled")
 }
