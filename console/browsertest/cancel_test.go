@@ -121,6 +121,6 @@ func TestCancelOnRabbitMQByTypingItsID(t *testing.T) {
 	must(t, err)
 	ctx := browser(t)
 	run(t, ctx, "cancel by typing the id", chromedp.Navigate(r.url+"/"), chromedp.WaitVisible(`#cancel-id`), chromedp.SendKeys(`#cancel-id`, id),
-		chromedp.Click(`#cancel button[type=submit]`), waitContains(`.message`, "Job "+id+" is cancelled: it will not run."))
+		chromedp.Click(`#cancel button[type=submit]`), chromedp.WaitVisible(`.message`), waitContains(`.message`, "Job "+id+" is cancelled: it will not run."))
 	shot(t, ctx, "rabbitmq-cancelled")
 }
