@@ -38,10 +38,11 @@
 //
 // Output: stdout carries what a user may pipe or keep, and nothing else:
 // a list (its table and count, or its JSON lines), a dead letter shown,
-// the usage asked for with -h. Everything else goes to stderr, in the
-// order it happens: a replay's count, its question, its progress and what
-// it replayed (or that it replayed nothing), notices (a list cut short,
-// malformed dead letters), the broker's warnings, errors and the usage
+// cancel's line per id, the usage asked for with -h. Everything else
+// goes to stderr, in the order it happens: a replay's count, its
+// question, its progress and what it replayed (or that it replayed
+// nothing), notices (a list cut short, malformed dead letters, no worker
+// to tell of a cancellation), the broker's warnings, errors and the usage
 // after a usage error. So a replay writes to stderr only, and
 // "queuey dead list -json > dead.jsonl" still says on the terminal when
 // the list was cut short.
