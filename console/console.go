@@ -31,16 +31,19 @@ const (
 	Delete          Action = "delete"
 	Pause           Action = "pause"
 	Resume          Action = "resume"
+	Cancel          Action = "cancel" // a job, by its id (queuey.CancelJob)
 )
 
 // mutates says whether a changes something (and so needs a CSRF token and
 // is refused in read-only mode).
-func (a Action) mutates() bool { return a == Replay || a == Delete || a == Pause || a == Resume }
+func (a Action) mutates() bool {
+	return a == Replay || a == Delete || a == Pause || a == Resume || a == Cancel
+}
 
 // Options configure a Console. A nil Options means every default.
 type Options struct {
-	// ReadOnly refuses every action (replay, delete, pause, resume) and
-	// shows none. Default: actions allowed.
+	// ReadOnly refuses every action (replay, delete, pause, resume,
+	// cancel) and shows none. Default: actions allowed.
 	ReadOnly bool
 	// Authorize, when set, is called for every page and every action
 	// before it is served; an error refuses it with 403 Forbidden and the

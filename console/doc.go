@@ -2,7 +2,8 @@
 // http.Handler, to mount under any path, with pages for the queues'
 // depths, what waits in their hold queues, their dead letters (shown,
 // replayed and deleted), the fleet's workers and schedules, and actions
-// to pause and resume a queue across the fleet.
+// to pause and resume a queue across the fleet and to cancel a job by its
+// id.
 //
 // New builds a Console; it serves pages at once. Run listens to the
 // workers' heartbeats (package fleet) through the broker, for the Workers

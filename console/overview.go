@@ -25,6 +25,9 @@ type overviewData struct {
 	Limits   []string
 	Requests int
 	Fleet    fleetView
+	// CanCancel: the backend keeps a ledger of cancellations, and the
+	// page offers to cancel a job.
+	CanCancel bool
 }
 
 // look inspects the broker for the set's queues.
@@ -40,7 +43,7 @@ func (c *Console) overview(q *request) error {
 		return err
 	}
 	fv := c.roster.view(q.r.Context())
-	d := overviewData{Limits: snap.Limits, Requests: snap.Requests, Fleet: fv}
+	d := overviewData{Limits: snap.Limits, Requests: snap.Requests, Fleet: fv, CanCancel: c.canCancel()}
 	for _, depth := range snap.Depths(c.set) {
 		d.Queues = append(d.Queues, row(depth, fv))
 	}

@@ -25,6 +25,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /workers", c.serve(ViewWorkers, c.workers))
 	m.HandleFunc("POST /queues/{queue}/pause", c.serve(Pause, c.pause))
 	m.HandleFunc("POST /queues/{queue}/resume", c.serve(Resume, c.resume))
+	m.HandleFunc("POST /jobs/cancel", c.serve(Cancel, c.cancelJob))
 	c.mux = m
 }
 
@@ -47,7 +48,7 @@ func (c *Console) serve(a Action, fn func(*request) error) http.HandlerFunc {
 		q.csrf = c.csrfToken(w, r, q.base)
 		if a.mutates() {
 			if c.opts.ReadOnly {
-				q.fail(http.StatusForbidden, "the console is read-only: it replays, deletes and pauses nothing")
+				q.fail(http.StatusForbidden, "the console is read-only: it replays, deletes, pauses and cancels nothing")
 				return
 			}
 			if !sameOrigin(r) || !validToken(r, q.csrf) {

@@ -106,8 +106,14 @@ type command struct {
 	stderr   io.Writer
 }
 
+// newCommand is the command queuey dead name.
 func newCommand(name, synopsis string, stdout, stderr io.Writer) *command {
-	fs := flag.NewFlagSet("queuey dead "+name, flag.ContinueOnError)
+	return newNamedCommand("queuey dead "+name, synopsis, stdout, stderr)
+}
+
+// newNamedCommand is the command whose whole name is name.
+func newNamedCommand(name, synopsis string, stdout, stderr io.Writer) *command {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr) // where flag reports a bad flag
 	fs.Usage = func() {} // printed by parse, to stdout for -h
 	return &command{fs: fs, synopsis: synopsis, stdout: stdout, stderr: stderr}

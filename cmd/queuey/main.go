@@ -1,11 +1,13 @@
 // Command queuey inspects and replays the dead letters of a queuey queue on
-// RabbitMQ, and serves the operator's console (queuey web).
+// RabbitMQ, cancels jobs (queuey cancel) and serves the operator's console
+// (queuey web).
 //
 //	queuey dead list   -queue NAME [-prefix P] [-json]
 //	queuey dead show   -queue NAME [-prefix P] -id JOBID
 //	queuey dead replay -queue NAME [-prefix P] (-id ID[,ID...] | -kind KIND | -all) [-after 30s] [-yes]
+//	queuey cancel      -id ID[,ID...] [-prefix P] [-timeout 30s]
 //
-// Every subcommand also takes -url; the broker is -url, else
+// Every command also takes -url; the broker is -url, else
 // $QUEUEY_AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/. Its password is
 // never printed.
 //
@@ -36,16 +38,29 @@
 //
 // Output: stdout carries what a user may pipe or keep, and nothing else:
 // a list (its table and count, or its JSON lines), a dead letter shown,
-// the usage asked for with -h. Everything else goes to stderr, in the
-// order it happens: a replay's count, its question, its progress and what
-// it replayed (or that it replayed nothing), notices (a list cut short,
-// malformed dead letters), the broker's warnings, errors and the usage
+// cancel's line per id, the usage asked for with -h. Everything else
+// goes to stderr, in the order it happens: a replay's count, its
+// question, its progress and what it replayed (or that it replayed
+// nothing), notices (a list cut short, malformed dead letters, no worker
+// to tell of a cancellation), the broker's warnings, errors and the usage
 // after a usage error. So a replay writes to stderr only, and
 // "queuey dead list -json > dead.jsonl" still says on the terminal when
 // the list was cut short.
 //
+// queuey cancel cancels the jobs of the queue set -prefix whose ids -id
+// names (queuey.CancelJob), one after the other: a job that has not run
+// never does, and a running one is told through its ctx. It prints a line
+// per id on stdout: "cancelled <id>" once every worker of the set has
+// confirmed it, or, when some had not within -timeout, that the
+// cancellation is recorded (the workers apply it as they read the
+// ledger) and how many had confirmed it; the status is then 1. An id that
+// cannot be a job's is a usage error, and then no id is cancelled. With
+// no worker running it returns at once: a worker that starts applies the
+// cancellations before it runs anything.
+//
 // Exit status: 0 done, 1 a runtime error (the broker, a refused
-// declaration, a job id that is not there), 2 a usage error.
+// declaration, a job id that is not there, a cancellation not every
+// worker confirmed), 2 a usage error.
 package main
 
 import (
@@ -77,11 +92,13 @@ func main() {
 }
 
 const topUsage = `usage: queuey dead <list|show|replay> [flags]
+       queuey cancel -id ID[,ID...] [flags]
        queuey web [-demo] [flags]
 
   queuey dead list   -queue NAME [-prefix P] [-json]
   queuey dead show   -queue NAME [-prefix P] -id JOBID
   queuey dead replay -queue NAME [-prefix P] (-id ID[,ID...] | -kind KIND | -all) [-after 30s] [-yes]
+  queuey cancel      -id ID[,ID...] [-prefix P] [-timeout 30s]
 
 Each queue's declaration (type, priorities, TTL, durability) is read
 from RabbitMQ's management API (-management); without it, or to
@@ -91,7 +108,10 @@ Lists (text or -json), a dead letter shown and -h's usage go to stdout;
 everything else (a replay's question, progress and result, notices,
 errors) to stderr, in order.
 
-Run "queuey dead <command> -h" for a command's flags.
+cancel prints a line per id to stdout: "cancelled <id>", or that the
+cancellation is recorded but not every worker had confirmed it (exit 1).
+
+Run "queuey dead <command> -h" or "queuey cancel -h" for a command's flags.
 `
 
 // run is the whole command: it parses args (without the program name),
@@ -108,6 +128,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "dead":
 	case "web":
 		return web(ctx, args[1:], stdout, stderr)
+	case "cancel":
+		return cancelJobs(ctx, args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "queuey: unknown command %q\n\n%s", args[0], topUsage)
 		return exitUsage

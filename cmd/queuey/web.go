@@ -51,7 +51,7 @@ func parseWeb(args []string, stderr io.Writer) (webFlags, error) {
 	fs.StringVar(&f.queues, "queues", "", "the set's queue names, comma-separated (required without -demo)")
 	f.decl.register(fs)
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:0", "address to serve on (port 0: a free one, printed at start)")
-	fs.BoolVar(&f.readOnly, "read-only", false, "refuse every replay, delete, pause and resume")
+	fs.BoolVar(&f.readOnly, "read-only", false, "refuse every replay, delete, pause, resume and cancel")
 	if err := fs.Parse(args); err != nil {
 		return f, err
 	}
