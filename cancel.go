@@ -85,7 +85,7 @@ func CancelJob(ctx context.Context, backend broker.Backend, prefix, jobID string
 // cancelJob records the cancellation of jobID at now and waits for the
 // answers.
 func cancelJob(ctx context.Context, backend broker.Backend, prefix string, now time.Time, jobID string) error {
-	if err := checkJobID(jobID); err != nil {
+	if err := CheckJobID(jobID); err != nil {
 		return err
 	}
 	ledger, bc, err := cancelLedger(backend)
@@ -144,19 +144,26 @@ func cancelLedger(b broker.Backend) (broker.CancelLedger, broker.Broadcaster, er
 	return ledger, bc, nil
 }
 
-// checkJobID refuses what cannot be a job's id.
-func checkJobID(id string) error {
+// CheckJobID refuses what cannot be a job's id, as Cancel does
+// (ErrInvalidJob): empty, over MaxJobIDBytes, not UTF-8, or holding a
+// control character.
+func CheckJobID(id string) error { return checkText("job id", id, MaxJobIDBytes) }
+
+// checkText refuses a text that cannot travel as an AMQP short string a
+// tool shows (a job id, a uniqueness key): empty, over limit bytes, not
+// UTF-8, or holding a control character. what names it in the error.
+func checkText(what, s string, limit int) error {
 	switch {
-	case id == "":
-		return fmt.Errorf("%w: empty job id", ErrInvalidJob)
-	case len(id) > MaxJobIDBytes:
-		return fmt.Errorf("%w: job id %.40q... is %d bytes, over the %d-byte limit", ErrInvalidJob, id, len(id), MaxJobIDBytes)
-	case !utf8.ValidString(id):
-		return fmt.Errorf("%w: job id %q is not valid UTF-8", ErrInvalidJob, id)
+	case s == "":
+		return fmt.Errorf("%w: empty %s", ErrInvalidJob, what)
+	case len(s) > limit:
+		return fmt.Errorf("%w: %s %.40q... is %d bytes, over the %d-byte limit", ErrInvalidJob, what, s, len(s), limit)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s %q is not valid UTF-8", ErrInvalidJob, what, s)
 	}
-	for _, r := range id {
+	for _, r := range s {
 		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: job id %q holds the control character %U", ErrInvalidJob, id, r)
+			return fmt.Errorf("%w: %s %q holds the control character %U", ErrInvalidJob, what, s, r)
 		}
 	}
 	return nil

@@ -29,7 +29,7 @@ func TestInvalidQueueSetsAreRefused(t *testing.T) {
 		{"duplicate name", queuey.QueueSet{Queues: []queuey.Queue{{Name: "a"}, {Name: "a"}}}, queuey.ErrInvalidQueue},
 		{"another's dead-letter queue", queuey.QueueSet{Prefix: "p", Queues: []queuey.Queue{{Name: "a"}, {Name: "a.dead"}}}, queuey.ErrInvalidQueue},
 		{"another's hold queue", queuey.QueueSet{Queues: []queuey.Queue{{Name: "a.deferred.5000"}, {Name: "a"}}}, queuey.ErrInvalidQueue},
-		{"the ledger of cancellations", queuey.QueueSet{Queues: []queuey.Queue{{Name: "queuey.cancellations"}}}, queuey.ErrInvalidQueue},
+		{"the ledger of cancellations", queuey.QueueSet{Prefix: "p", Queues: []queuey.Queue{{Name: "cancellations"}}}, queuey.ErrInvalidQueue},
 		{"the ledger's followers", queuey.QueueSet{Prefix: "p", Queues: []queuey.Queue{{Name: "cancellations.followers"}}}, queuey.ErrInvalidQueue},
 		{"no room for hold queues", queuey.QueueSet{Queues: []queuey.Queue{{Name: long}}}, queuey.ErrInvalidName},
 		{"prefix pushes the name over", queuey.QueueSet{Prefix: "app", Queues: []queuey.Queue{{Name: long[:233]}}}, queuey.ErrInvalidName},

@@ -167,7 +167,7 @@ func resolve(set QueueSet) (*queueSet, error) {
 		s.ordered = append(s.ordered, c)
 	}
 	for _, c := range s.ordered {
-		if c.broker == broker.CancelLedgerName || c.broker == broker.CancelFollowersName(set.Prefix) {
+		if c.broker == broker.CancelLedgerName(set.Prefix) || c.broker == broker.CancelFollowersName(set.Prefix) {
 			return nil, fmt.Errorf("%w: queue %q is named as the ledger of cancellations or its followers' queue", ErrInvalidQueue, c.Name)
 		}
 	}

@@ -9,8 +9,6 @@ import (
 	"log/slog"
 	"strconv"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/queuey-go/queuey/broker"
 )
@@ -94,22 +92,7 @@ func (o *enqueueOptions) setUnique(u uniqueness) {
 }
 
 // checkUniqueKey refuses a key that cannot be carried and shown as it is.
-func checkUniqueKey(key string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("%w: empty uniqueness key", ErrInvalidJob)
-	case len(key) > MaxUniqueKeyBytes:
-		return fmt.Errorf("%w: uniqueness key %.40q... is %d bytes, over the %d-byte limit", ErrInvalidJob, key, len(key), MaxUniqueKeyBytes)
-	case !utf8.ValidString(key):
-		return fmt.Errorf("%w: uniqueness key %q is not valid UTF-8", ErrInvalidJob, key)
-	}
-	for _, r := range key {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: uniqueness key %q holds the control character %U", ErrInvalidJob, key, r)
-		}
-	}
-	return nil
-}
+func checkUniqueKey(key string) error { return checkText("uniqueness key", key, MaxUniqueKeyBytes) }
 
 // headers are the headers that carry u with env's job, once its window
 // is checked and its key made (from env's kind and payload, if u has

@@ -153,7 +153,9 @@ func deleteQueues(url string, names ...string) {
 }
 
 func libQueues(queue string) []string {
-	return []string{queue, broker.DeadQueueName(queue), broker.HoldQueueName(queue, time.Second), broker.LaneQueueName(queue)}
+	prefix := strings.TrimSuffix(queue, ".work")
+	return []string{queue, broker.DeadQueueName(queue), broker.HoldQueueName(queue, time.Second), broker.LaneQueueName(queue),
+		broker.CancelLedgerName(prefix), broker.CancelFollowersName(prefix)}
 }
 
 // libRig is queuey on RabbitMQ: a producer and a running worker whose

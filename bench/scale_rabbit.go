@@ -97,6 +97,7 @@ func (r *scaleRig) close(cfg config) {
 		q := broker.QueueName(r.prefix, "s"+strconv.Itoa(i))
 		names = append(names, q, broker.DeadQueueName(q))
 	}
+	names = append(names, broker.CancelLedgerName(r.prefix), broker.CancelFollowersName(r.prefix))
 	deleteQueues(cfg.amqpURL, names...)
 }
 

@@ -39,11 +39,16 @@ const MaxCancelKeep = MaxHoldMs*time.Millisecond + 24*time.Hour
 // the start.
 var ErrFollowerBehind = errors.New("queuey: the ledger's follower fell behind")
 
-// CancelLedgerName is the ledger of cancellations on a broker: one for
-// every queue set of a virtual host, each record marked with its set, so
-// that the ledger, which a broker may keep for ever (a RabbitMQ stream
-// does not expire), is made once, not once per set.
-const CancelLedgerName = "queuey.cancellations"
+// CancelLedgerName is the ledger of cancellations of the queue set prefix
+// on a broker: "<prefix>.cancellations", or "cancellations" without a
+// prefix. Like the set's queues, it stays on the broker (a RabbitMQ stream
+// does not expire).
+func CancelLedgerName(prefix string) string {
+	if prefix == "" {
+		return "cancellations"
+	}
+	return prefix + ".cancellations"
+}
 
 // CancelFollowersName is the queue, beside the ledger, that counts the
 // followers of the queue set prefix on a broker that counts them so:

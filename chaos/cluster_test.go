@@ -188,7 +188,8 @@ func deleteClusterQueues(t *testing.T, urls []string, work string) {
 	}
 	defer conn.Close()
 	for _, q := range []string{work, broker.DeadQueueName(work), broker.LaneQueueName(work), broker.SuspectQueueName(work),
-		broker.HoldQueueName(work, clusterBackoff), broker.HoldQueueName(work, clusterDefer)} {
+		broker.HoldQueueName(work, clusterBackoff), broker.HoldQueueName(work, clusterDefer),
+		broker.CancelLedgerName(strings.TrimSuffix(work, "."+clusterQueue)), broker.CancelFollowersName(strings.TrimSuffix(work, "."+clusterQueue))} {
 		ch, err := conn.Channel() // one per queue: a failed delete closes its channel
 		if err != nil {
 			t.Errorf("deleting %s: %v", q, err)

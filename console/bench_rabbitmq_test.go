@@ -87,7 +87,7 @@ func BenchmarkWorkersWithAConsoleOpen(b *testing.B) {
 	}
 	b.Cleanup(func() {
 		n := set.BrokerName("open")
-		rabbittest.DeleteQueues(b, n, broker.DeadQueueName(n))
+		rabbittest.DeleteQueues(b, n, broker.DeadQueueName(n), broker.CancelLedgerName(set.Prefix), broker.CancelFollowersName(set.Prefix))
 	})
 	producer, err := queuey.NewProducer(b.Context(), dial("producer"), set, &queuey.ProducerConfig{Logger: quiet})
 	if err != nil {

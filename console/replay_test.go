@@ -104,7 +104,7 @@ func newReplayRig(t *testing.T, backend, cut string, k int) *replayRig {
 		r.inner = rb
 		t.Cleanup(func() {
 			_ = rb.Close()
-			rabbittest.DeleteQueues(t, r.queue, broker.DeadQueueName(r.queue))
+			rabbittest.DeleteQueues(t, r.queue, broker.DeadQueueName(r.queue), broker.CancelLedgerName(r.set.Prefix), broker.CancelFollowersName(r.set.Prefix))
 		})
 	}
 	r.cutter = &cutter{Backend: r.inner, ex: r.inner.(broker.ExclusiveConsumer), k: k}

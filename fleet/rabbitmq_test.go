@@ -28,7 +28,8 @@ func TestOnRabbitMQTheFleetListensAgainAfterALostConnection(t *testing.T) {
 	b := make([]byte, 5)
 	_, _ = rand.Read(b)
 	rset := queuey.QueueSet{Prefix: "ft." + hex.EncodeToString(b), Queues: []queuey.Queue{mail}}
-	defer rabbittest.DeleteQueues(t, rset.BrokerName("mail"), broker.DeadQueueName(rset.BrokerName("mail")))
+	defer rabbittest.DeleteQueues(t, rset.BrokerName("mail"), broker.DeadQueueName(rset.BrokerName("mail")),
+		broker.CancelLedgerName(rset.Prefix), broker.CancelFollowersName(rset.Prefix))
 	dial := func(name string) *rabbitmq.Backend {
 		b := rabbittest.Dial(t, &rabbitmq.Options{ConnectionName: rset.Prefix + " " + name, Logger: quiet,
 			ReconnectMin: 50 * time.Millisecond, ReconnectMax: 200 * time.Millisecond})

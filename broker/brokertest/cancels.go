@@ -24,13 +24,11 @@ func (e *env) ledger() broker.CancelLedger {
 }
 
 // cancelPrefix returns a queue-set prefix of this test's own, and
-// remembers for cleanup the roll of its followers that the RabbitMQ
-// backend keeps beside the ledger. The ledger itself is one for every
-// set (broker.CancelLedgerName), which tests beside this one follow: it
-// stays.
+// remembers for cleanup its ledger and the roll of its followers that the
+// RabbitMQ backend keeps beside it.
 func (e *env) cancelPrefix(name string) string {
 	prefix := e.prefix + "." + name
-	e.created = append(e.created, broker.CancelFollowersName(prefix))
+	e.created = append(e.created, broker.CancelLedgerName(prefix), broker.CancelFollowersName(prefix))
 	return prefix
 }
 

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -167,7 +166,7 @@ func startListener(s *session, ch *amqp.Channel, topic string) (*listener, error
 	if err != nil {
 		return nil, err
 	}
-	l := &listener{topic: topic, ch: ch, out: make(chan []byte, listenerBuffer), stop: make(chan struct{}), ended: make(chan struct{})}
+	l := &listener{topic: topic, channelEnd: newChannelEnd(ch), out: make(chan []byte, listenerBuffer)}
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	go l.run(deliveries, closed, s)
 	return l, nil
@@ -175,13 +174,9 @@ func startListener(s *session, ch *amqp.Channel, topic string) (*listener, error
 
 // listener is one listener's channel and its consumer.
 type listener struct {
+	channelEnd
 	topic   string
-	ch      *amqp.Channel
 	out     chan []byte
-	stop    chan struct{} // closed by Close
-	ended   chan struct{} // closed when run has set err
-	err     error
-	once    sync.Once
 	dropped atomic.Uint64
 }
 
@@ -235,35 +230,3 @@ func (l *listener) why(closed <-chan *amqp.Error, s *session) error {
 
 // Messages implements broker.Listener.
 func (l *listener) Messages() <-chan []byte { return l.out }
-
-// Err implements broker.Listener.
-func (l *listener) Err() error {
-	select {
-	case <-l.ended:
-		return l.err
-	default:
-		return nil
-	}
-}
-
-// Close implements broker.Listener: it closes the listener's channel, and
-// with it its queue (auto-delete), waiting closeTimeout at most for the
-// broker's answer (a broker that blocks the connection does not read it;
-// the close then ends in the background).
-func (l *listener) Close() {
-	l.once.Do(func() {
-		close(l.stop)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_ = l.ch.Close()
-		}()
-		timer := time.NewTimer(closeTimeout)
-		defer timer.Stop()
-		select {
-		case <-done:
-		case <-timer.C:
-		}
-		<-l.ended
-	})
-}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -14,18 +13,16 @@ import (
 	"github.com/queuey-go/queuey/broker"
 )
 
-// The ledger of cancelled jobs (broker.CancelLedger, ARCHITECTURE.md §1,
-// "Cancellation") is one durable stream queue for the virtual host,
-// broker.CancelLedgerName: a log the broker appends each publish to, in
-// the one order every consumer reads it in, and keeps after it is read.
-// Every queue set's records go into it, each marked with its set's prefix
-// (a cancelSetHeader); a follower of a set reads the whole stream and
-// hands on its set's records only. A record is published persistent, with
-// a confirm; a follower consumes the stream from its first offset kept
-// ("x-stream-offset": "first"), then live. The stream keeps its records
-// MaxCancelKeep (x-max-age) and CancelLedgerMaxBytes at most
-// (x-max-length-bytes), for all the sets together, in segments of
-// CancelLedgerSegmentBytes, the unit in which retention drops the oldest.
+// The ledger of a queue set's cancelled jobs (broker.CancelLedger,
+// ARCHITECTURE.md §1, "Cancellation") is a durable stream queue,
+// broker.CancelLedgerName(prefix): a log the broker appends each publish
+// to, in the one order every consumer reads it in, and keeps after it is
+// read. A record is published persistent, with a confirm; a follower
+// consumes the stream from its first offset kept ("x-stream-offset":
+// "first"), then live. The stream keeps its records MaxCancelKeep
+// (x-max-age) and CancelLedgerMaxBytes at most (x-max-length-bytes), in
+// segments of CancelLedgerSegmentBytes, the unit in which retention drops
+// the oldest.
 //
 // A stream says nothing of its consumers (a passive declare counts none),
 // so beside it each set has the roll of its followers
@@ -66,10 +63,6 @@ const (
 // followPrefetch is how many records a follower has in flight, unacked.
 const followPrefetch = 256
 
-// cancelSetHeader marks a record of the ledger with the prefix of its
-// queue set.
-const cancelSetHeader = "x-queuey-set"
-
 var _ broker.CancelLedger = (*Backend)(nil)
 
 // ledgerArgs make a ledger's stream.
@@ -102,11 +95,10 @@ func checkRoll(prefix string) error {
 	return nil
 }
 
-// AppendCancel implements broker.CancelLedger: it declares the ledger's
-// stream and publishes body into it, marked with prefix, persistent,
-// confirmed. A publish cut
-// off by a lost connection goes again on the next one, so a record may
-// be in the ledger twice. keep, in (0, MaxCancelKeep], is met by the
+// AppendCancel implements broker.CancelLedger: it declares the stream of
+// prefix's ledger and publishes body into it, persistent, confirmed. A
+// publish cut off by a lost connection goes again on the next one, so a
+// record may be in the ledger twice. keep, in (0, MaxCancelKeep], is met by the
 // stream's own x-max-age, unless the ledger outgrows CancelLedgerMaxBytes.
 func (b *Backend) AppendCancel(ctx context.Context, prefix string, body []byte, keep time.Duration) error {
 	if err := checkRoll(prefix); err != nil {
@@ -115,9 +107,8 @@ func (b *Backend) AppendCancel(ctx context.Context, prefix string, body []byte, 
 	if keep <= 0 || keep > broker.MaxCancelKeep {
 		return fmt.Errorf("%w: cancellation keep %v is not in (0, %v]", broker.ErrInvalidDelay, keep, broker.MaxCancelKeep)
 	}
-	name := broker.CancelLedgerName
-	pub := amqp.Publishing{MessageId: broker.NewJobID(), DeliveryMode: amqp.Persistent, Body: body,
-		Headers: amqp.Table{cancelSetHeader: prefix}}
+	name := broker.CancelLedgerName(prefix)
+	pub := amqp.Publishing{MessageId: broker.NewJobID(), DeliveryMode: amqp.Persistent, Body: body}
 	var err error
 	for range 2 { // a stream deleted between the declare and the publish: once more
 		err = b.onSession(ctx, func(s *session) error { return s.declare(ctx, name, true, ledgerArgs) })
@@ -204,7 +195,7 @@ func (s *session) follow(ctx context.Context, prefix string) (*follower, error) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	ledger, roll := broker.CancelLedgerName, broker.CancelFollowersName(prefix)
+	ledger, roll := broker.CancelLedgerName(prefix), broker.CancelFollowersName(prefix)
 	var f *follower
 	err := s.guard(ctx, callRequest, "follow", roll, func() error {
 		ch, err := s.conn.Channel()
@@ -249,8 +240,7 @@ func startFollower(s *session, ch *amqp.Channel, prefix, ledger, roll string) (*
 	if err != nil {
 		return nil, followError(ledger, err)
 	}
-	f := &follower{set: prefix, ledger: ledger, ch: ch, cancelled: cancelled,
-		out: make(chan []byte, listenerBuffer), stop: make(chan struct{}), ended: make(chan struct{})}
+	f := &follower{set: prefix, ledger: ledger, channelEnd: newChannelEnd(ch), cancelled: cancelled, out: make(chan []byte, listenerBuffer)}
 	go f.run(records, counted, closed, s)
 	return f, nil
 }
@@ -276,20 +266,15 @@ func followError(name string, err error) error {
 
 // follower is one follower's channel and its two consumers.
 type follower struct {
-	set       string // the prefix whose records it hands on
+	channelEnd
+	set       string // the queue set's prefix
 	ledger    string
-	ch        *amqp.Channel
 	cancelled <-chan string
 	out       chan []byte
-	stop      chan struct{} // closed by Close
-	ended     chan struct{} // closed when run has set err
-	err       error
-	once      sync.Once
 }
 
-// run hands each record of its set on, acking it once its reader has it
-// (and every other set's at once), until the records or the roll's
-// consumer end, or Close.
+// run hands each record on, acking it once its reader has it, until the
+// records or the roll's consumer end, or Close.
 func (f *follower) run(records, counted <-chan amqp.Delivery, closed <-chan *amqp.Error, s *session) {
 	defer close(f.out)
 	defer close(f.ended)
@@ -299,10 +284,6 @@ func (f *follower) run(records, counted <-chan amqp.Delivery, closed <-chan *amq
 			if !ok {
 				f.end(closed, s)
 				return
-			}
-			if set, ok := d.Headers[cancelSetHeader].(string); !ok || set != f.set {
-				_ = d.Ack(false) // another set's record: credit for the next
-				continue
 			}
 			if !f.handOn(d, closed, s) {
 				return
@@ -384,34 +365,3 @@ func (f *follower) why(closed <-chan *amqp.Error, s *session) error {
 // Messages implements broker.Listener: the set's records, in the
 // ledger's order.
 func (f *follower) Messages() <-chan []byte { return f.out }
-
-// Err implements broker.Listener.
-func (f *follower) Err() error {
-	select {
-	case <-f.ended:
-		return f.err
-	default:
-		return nil
-	}
-}
-
-// Close implements broker.Listener: it closes the follower's channel, and
-// with it its consumers, waiting closeTimeout at most for the broker's
-// answer (the close then ends in the background).
-func (f *follower) Close() {
-	f.once.Do(func() {
-		close(f.stop)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_ = f.ch.Close()
-		}()
-		timer := time.NewTimer(closeTimeout)
-		defer timer.Stop()
-		select {
-		case <-done:
-		case <-timer.C:
-		}
-		<-f.ended
-	})
-}

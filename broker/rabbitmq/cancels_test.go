@@ -13,14 +13,13 @@ import (
 	"github.com/queuey-go/queuey/broker/rabbitmq/rabbittest"
 )
 
-// ledgerOf returns the ledger and prefix's roll; the roll is deleted
-// when the test ends (after the backend, closed by a defer, is). The
-// ledger is every set's, which other tests follow meanwhile: it stays.
+// ledgerOf returns prefix's ledger and roll, deleted when the test ends
+// (after the backend, closed by a defer, is).
 func ledgerOf(t *testing.T, prefix string) (ledger, roll string) {
 	t.Helper()
-	roll = broker.CancelFollowersName(prefix)
-	t.Cleanup(func() { rabbittest.DeleteQueues(t, roll) })
-	return broker.CancelLedgerName, roll
+	ledger, roll = broker.CancelLedgerName(prefix), broker.CancelFollowersName(prefix)
+	t.Cleanup(func() { rabbittest.DeleteQueues(t, ledger, roll) })
+	return ledger, roll
 }
 
 // readRecords reads n records from l, each within 5 s.
@@ -183,32 +182,37 @@ func TestALedgerRabbitMQCannotNameIsRefused(t *testing.T) {
 	}
 }
 
-// A follower whose roll is deleted ends, with ErrConsumerCancelled: one
-// the roll no longer counts must not go on. (So does one whose stream is
-// deleted; the stream is every set's, which other tests follow.)
-func TestAFollowerEndsWhenItsRollIsDeleted(t *testing.T) {
+// A follower whose roll or stream is deleted ends, with
+// ErrConsumerCancelled: one the roll no longer counts, or that reads no
+// ledger, must not go on.
+func TestAFollowerEndsWhenItsRollOrStreamIsDeleted(t *testing.T) {
 	t.Parallel()
-	prefix := unique("deletedroll")
-	_, roll := ledgerOf(t, prefix)
-	b := rabbittest.Dial(t, nil)
-	defer b.Close()
-	f, err := b.FollowCancels(t.Context(), prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := rawChannel(t).QueueDelete(roll, false, false, false); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case _, ok := <-f.Messages():
-		if ok {
-			t.Fatal("a record after the roll was deleted")
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the follower did not end with its roll")
-	}
-	if !errors.Is(f.Err(), rabbitmq.ErrConsumerCancelled) {
-		t.Errorf("Err %v, want ErrConsumerCancelled", f.Err())
+	for _, which := range []string{"roll", "stream"} {
+		t.Run(which, func(t *testing.T) {
+			prefix := unique("deleted" + which)
+			ledger, roll := ledgerOf(t, prefix)
+			b := rabbittest.Dial(t, nil)
+			defer b.Close()
+			f, err := b.FollowCancels(t.Context(), prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			gone := map[string]string{"roll": roll, "stream": ledger}[which]
+			if _, err := rawChannel(t).QueueDelete(gone, false, false, false); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case _, ok := <-f.Messages():
+				if ok {
+					t.Fatalf("a record after the %s was deleted", which)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("the follower did not end with its %s", which)
+			}
+			if !errors.Is(f.Err(), rabbitmq.ErrConsumerCancelled) {
+				t.Errorf("Err %v, want ErrConsumerCancelled", f.Err())
+			}
+		})
 	}
 }

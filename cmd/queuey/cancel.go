@@ -11,8 +11,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
@@ -72,7 +70,7 @@ func (f *cancelFlags) check(ids string) error {
 		return fmt.Errorf("-id %q names no job id", ids)
 	}
 	for _, id := range f.ids {
-		if err := checkJobID(id); err != nil {
+		if err := queuey.CheckJobID(id); err != nil {
 			return fmt.Errorf("-id: %w; nothing was cancelled", err)
 		}
 	}
@@ -83,21 +81,6 @@ func (f *cancelFlags) check(ids string) error {
 		return fmt.Errorf("-timeout %v is not positive", f.timeout)
 	}
 	f.url = cmp.Or(f.url, os.Getenv("QUEUEY_AMQP_URL"), defaultURL)
-	return nil
-}
-
-// checkJobID refuses, before anything is recorded, what CancelJob would
-// refuse as no job's id (queuey.ErrInvalidJob): so that a list with one
-// bad id cancels none of them.
-func checkJobID(id string) error {
-	switch {
-	case len(id) > queuey.MaxJobIDBytes:
-		return fmt.Errorf("%w: job id %.40q... is %d bytes, over the %d-byte limit", queuey.ErrInvalidJob, id, len(id), queuey.MaxJobIDBytes)
-	case !utf8.ValidString(id):
-		return fmt.Errorf("%w: job id %s is not valid UTF-8", queuey.ErrInvalidJob, printable(id))
-	case strings.ContainsFunc(id, unicode.IsControl):
-		return fmt.Errorf("%w: job id %s holds a control character", queuey.ErrInvalidJob, printable(id))
-	}
 	return nil
 }
 

@@ -101,8 +101,8 @@ func TestCancelUsageErrorsExit2(t *testing.T) {
 		{"cancel without -id", []string{"cancel"}, "-id is required"},
 		{"an empty id list", []string{"cancel", "-id", " , ,"}, "names no job id"},
 		{"an id too long", []string{"cancel", "-id", "ok-1," + long}, "is 256 bytes, over the 255-byte limit; nothing was cancelled"},
-		{"an id with a control character", []string{"cancel", "-id", "ok-1,bad\x1b[2Jid"}, `job id bad\x1b[2Jid holds a control character; nothing was cancelled`},
-		{"an id of invalid UTF-8", []string{"cancel", "-id", "bad\xffid"}, `job id bad\xffid is not valid UTF-8`},
+		{"an id with a control character", []string{"cancel", "-id", "ok-1,bad\x1b[2Jid"}, `job id "bad\x1b[2Jid" holds the control character U+001B; nothing was cancelled`},
+		{"an id of invalid UTF-8", []string{"cancel", "-id", "bad\xffid"}, `job id "bad\xffid" is not valid UTF-8`},
 		{"a reserved prefix", []string{"cancel", "-id", "a", "-prefix", "amq"}, `"amq." prefix is reserved`},
 		{"a timeout of zero", []string{"cancel", "-id", "a", "-timeout", "0s"}, "-timeout 0s is not positive"},
 		{"a timeout that is not a duration", []string{"cancel", "-id", "a", "-timeout", "soon"}, `invalid value "soon" for flag -timeout`},
@@ -228,7 +228,6 @@ func TestCancelOnABackendWithoutALedgerFails(t *testing.T) {
 // has confirmed it.
 func TestCancelOnRabbitMQ(t *testing.T) {
 	f := newFixture(t, jobs, time.Hour)
-	t.Cleanup(func() { f.deleteQueues(t, []string{broker.CancelFollowersName(f.set.Prefix)}) })
 	backend := f.dial(t)
 	defer backend.Close()
 	if _, ok := any(backend).(broker.CancelLedger); !ok {

@@ -86,7 +86,7 @@ func newFixture(t *testing.T, q queuey.Queue, holds ...time.Duration) *fixture {
 	}
 	f.admin = admin
 	t.Cleanup(func() { _ = admin.Close() })
-	made := []string{f.queue, broker.DeadQueueName(f.queue)}
+	made := []string{f.queue, broker.DeadQueueName(f.queue), broker.CancelLedgerName(f.set.Prefix), broker.CancelFollowersName(f.set.Prefix)}
 	for _, d := range holds {
 		made = append(made, broker.HoldQueueName(f.queue, d))
 	}

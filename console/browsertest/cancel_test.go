@@ -105,7 +105,7 @@ func TestCancelOnRabbitMQByTypingItsID(t *testing.T) {
 	}
 	work := r.set.BrokerName(paced.Name)
 	t.Cleanup(func() {
-		rabbittest.DeleteQueues(t, broker.HoldQueueName(work, time.Hour), broker.CancelFollowersName(r.set.Prefix))
+		rabbittest.DeleteQueues(t, broker.HoldQueueName(work, time.Hour))
 	})
 	ran := make(chan struct{}, 4)
 	_, _, stop := r.worker(paced.Name, func(context.Context) error { ran <- struct{}{}; return nil })

@@ -112,6 +112,7 @@ func (r *rabbitRig) deleteQueues() {
 		n := r.set.BrokerName(q.Name)
 		names = append(names, n, broker.DeadQueueName(n))
 	}
+	names = append(names, broker.CancelLedgerName(r.set.Prefix), broker.CancelFollowersName(r.set.Prefix))
 	rabbittest.DeleteQueues(r.t, names...)
 }
 

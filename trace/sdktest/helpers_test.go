@@ -429,7 +429,7 @@ func summary(dp metricdata.HistogramDataPoint[float64]) histSummary {
 func (m metrics) outcomes(t *testing.T) map[string]int64 {
 	t.Helper()
 	got := map[string]int64{}
-	for _, o := range []queuey.Result{queuey.Succeeded, queuey.Retried, queuey.Deferred, queuey.DeadLettered, queuey.Requeued, queuey.Unhandled} {
+	for _, o := range []queuey.Result{queuey.Succeeded, queuey.Retried, queuey.Deferred, queuey.DeadLettered, queuey.Requeued, queuey.Unhandled, queuey.Cancelled} {
 		// An outcome is reported once it has happened.
 		if n, ok := m.point(t, "queuey.jobs", "messaging.destination.name", qWork, "queuey.outcome", string(o)); ok {
 			got[string(o)] = n

@@ -30,7 +30,8 @@ func TestTheTraceContextTravelsThroughRabbitMQ(t *testing.T) {
 	set := queuey.QueueSet{Prefix: prefix, Queues: []queuey.Queue{work}, DeferGranularity: deferFor}
 	queue := broker.QueueName(prefix, work.Name)
 	t.Cleanup(func() {
-		rabbittest.DeleteQueues(t, queue, broker.DeadQueueName(queue), broker.HoldQueueName(queue, deferFor))
+		rabbittest.DeleteQueues(t, queue, broker.DeadQueueName(queue), broker.HoldQueueName(queue, deferFor),
+			broker.CancelLedgerName(prefix), broker.CancelFollowersName(prefix))
 	})
 
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

@@ -224,6 +224,36 @@ func TestADeferredJobIsOneTraceAcrossItsRuns(t *testing.T) {
 	})
 }
 
+// A job cancelled while it waits for its deferral stays one trace: its
+// last run span is the delivery that ended it unrun, with the outcome
+// cancelled and a cancelled event, and queuey.jobs counts it.
+func TestACancelledJobEndsItsTraceAsCancelled(t *testing.T) {
+	r := newRig(t)
+	set := setOf(work)
+	clocktest.Run(t, set, r.options(), func(t *testing.T, h *clocktest.Harness) {
+		handle(t, h)
+		id := r.enqueue(t, h, set, job{Name: "api", Defers: 1, DeferFor: 30 * time.Second})
+		h.Advance(10 * time.Second)
+		if err := h.Producer.Cancel(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+		h.Advance(30 * time.Second)
+		if n := h.Log.Len(); n != 1 {
+			t.Fatalf("runs: got %d, want 1 (before the deferral)", n)
+		}
+		diffSpans(t, lifecycle(t, r.spans.Ended(), id), []spanView{
+			sendView(id, "enqueue", 1, 0, 0),
+			processView(id, 1, 0, 0, queuey.Deferred).
+				events(ev("deferred", "queuey.delay_ms", "30000", "queuey.reason", "rate limited")),
+			sendView(id, "deferral", 1, 1, 10).with("queuey.delay_ms", "30000"),
+			processView(id, 1, 1, 10, queuey.Cancelled).events(ev("cancelled")),
+		})
+		if diff := cmp.Diff(map[string]int64{"deferred": 1, "cancelled": 1}, r.metrics(t).outcomes(t)); diff != "" {
+			t.Errorf("queuey.jobs (-want +got):\n%s", diff)
+		}
+	})
+}
+
 func TestAPausedQueueIsAnEventOfTheRunThatPausedIt(t *testing.T) {
 	r := newRig(t)
 	set := setOf(work)
