@@ -16,39 +16,12 @@ import (
 	"github.com/queuey-go/queuey/clocktest"
 )
 
-// outcomes records each delivery's outcome by job id, through the Deliver
-// hook.
-type outcomes struct {
-	mu  sync.Mutex
-	got map[string][]queuey.Result
-}
-
-func (o *outcomes) hooks() *queuey.Hooks {
-	return &queuey.Hooks{Deliver: func(ctx context.Context, d *queuey.DeliveryInfo) (context.Context, func(queuey.Outcome)) {
-		id := d.Job.JobID
-		return ctx, func(out queuey.Outcome) {
-			o.mu.Lock()
-			defer o.mu.Unlock()
-			if o.got == nil {
-				o.got = map[string][]queuey.Result{}
-			}
-			o.got[id] = append(o.got[id], out.Result)
-		}
-	}}
-}
-
-func (o *outcomes) of(id string) []queuey.Result {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return append([]queuey.Result(nil), o.got[id]...)
-}
-
 // A job that deferred itself for 30 s and is cancelled at 10 s never runs
 // again: when it comes back from its hold, at 30 s, it ends as Cancelled,
 // unrun, and nothing is left of it.
 func TestCancelADeferredJobWhileItWaits(t *testing.T) {
-	var seen outcomes
-	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Hooks: seen.hooks()}}
+	var seen clocktest.Outcomes
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Hooks: seen.Hooks()}}
 	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
 		handleAll(t, h.Worker, h.Clock)
 		id := mustID(t)(h.Producer.Enqueue(t.Context(), alphaJob{deferring(1, 30*time.Second)}))
@@ -59,7 +32,7 @@ func TestCancelADeferredJobWhileItWaits(t *testing.T) {
 			t.Fatalf("the job ran %d times, want once (before it deferred)", len(runs))
 		}
 		want := []queuey.Result{queuey.Deferred, queuey.Cancelled}
-		if got := seen.of(id); !equalResults(got, want) {
+		if got := seen.Of(id); !equalResults(got, want) {
 			t.Fatalf("outcomes %v, want %v", got, want)
 		}
 		q := broker.QueueName(app.Prefix, alpha.Name)
@@ -72,8 +45,8 @@ func TestCancelADeferredJobWhileItWaits(t *testing.T) {
 // A job enqueued to run in an hour and a job ready in a paused queue are
 // cancelled before they run: neither ever does.
 func TestCancelJobsThatHaveNotRunYet(t *testing.T) {
-	var seen outcomes
-	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Hooks: seen.hooks()}}
+	var seen clocktest.Outcomes
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Hooks: seen.Hooks()}}
 	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
 		handleAll(t, h.Worker, h.Clock)
 		later := mustID(t)(h.Producer.EnqueueAfter(t.Context(), alphaJob{named("later")}, time.Hour))
@@ -89,7 +62,7 @@ func TestCancelJobsThatHaveNotRunYet(t *testing.T) {
 			if runs := h.Log.Of(id); len(runs) != 0 {
 				t.Errorf("job %s ran %d times after it was cancelled", id, len(runs))
 			}
-			if got := seen.of(id); !equalResults(got, []queuey.Result{queuey.Cancelled}) {
+			if got := seen.Of(id); !equalResults(got, []queuey.Result{queuey.Cancelled}) {
 				t.Errorf("job %s: outcomes %v, want [cancelled]", id, got)
 			}
 		}
@@ -119,8 +92,8 @@ func TestCancelBeforeAnyWorkerRuns(t *testing.T) {
 // its handler returns the ctx's error, and the job ends as Cancelled, not
 // retried. Cancel has returned by then.
 func TestCancelARunningJobTellsItsCtx(t *testing.T) {
-	var seen outcomes
-	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Hooks: seen.hooks()}}
+	var seen clocktest.Outcomes
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Hooks: seen.Hooks()}}
 	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
 		started, cause := make(chan struct{}), make(chan error, 1)
 		must(t, queuey.Handle(h.Worker, func(ctx context.Context, _ alphaJob, _ queuey.JobContext) error {
@@ -137,7 +110,7 @@ func TestCancelARunningJobTellsItsCtx(t *testing.T) {
 			t.Fatalf("the handler's ctx ended with %v, want ErrJobCancelled", err)
 		}
 		h.Advance(time.Minute)
-		if got := seen.of(id); !equalResults(got, []queuey.Result{queuey.Cancelled}) {
+		if got := seen.Of(id); !equalResults(got, []queuey.Result{queuey.Cancelled}) {
 			t.Fatalf("outcomes %v, want [cancelled]", got)
 		}
 	})
@@ -146,8 +119,8 @@ func TestCancelARunningJobTellsItsCtx(t *testing.T) {
 // A handler told of its cancellation that finishes its job all the same
 // has succeeded.
 func TestCancelledJobThatFinishesSucceeds(t *testing.T) {
-	var seen outcomes
-	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Hooks: seen.hooks()}}
+	var seen clocktest.Outcomes
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Hooks: seen.Hooks()}}
 	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
 		started := make(chan struct{})
 		must(t, queuey.Handle(h.Worker, func(ctx context.Context, _ alphaJob, _ queuey.JobContext) error {
@@ -160,7 +133,7 @@ func TestCancelledJobThatFinishesSucceeds(t *testing.T) {
 		<-started
 		must(t, h.Producer.Cancel(t.Context(), id))
 		h.Advance(time.Second)
-		if got := seen.of(id); !equalResults(got, []queuey.Result{queuey.Succeeded}) {
+		if got := seen.Of(id); !equalResults(got, []queuey.Result{queuey.Succeeded}) {
 			t.Fatalf("outcomes %v, want [succeeded]", got)
 		}
 	})

@@ -17,6 +17,17 @@
 //		runs := h.Log.Of(id)
 //	})
 //
+// The run log sees runs; an Outcomes (give its Hooks to
+// Options.Worker.Hooks) sees what each delivery came to, so a test can
+// say that a job deferred, then was cancelled without running again:
+//
+//	var seen clocktest.Outcomes
+//	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Hooks: seen.Hooks()}}
+//	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
+//		...
+//		got := seen.Of(id) // [deferred cancelled]
+//	})
+//
 // # Handlers that call HTTP APIs
 //
 // "Blocked" means blocked where the bubble can see it: on a channel, a

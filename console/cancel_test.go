@@ -7,13 +7,13 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/memory"
+	"github.com/queuey-go/queuey/clocktest"
 	"github.com/queuey-go/queuey/console"
 )
 
@@ -24,53 +24,24 @@ type email struct {
 func (email) Kind() string        { return "send" }
 func (email) Queue() queuey.Queue { return set.Queues[0] }
 
-// outcomes records each delivery's outcome by job id, through the Deliver
-// hook, and tells who waits for one.
-type outcomes struct {
-	mu      sync.Mutex
-	got     map[string][]queuey.Result
-	changed chan struct{} // closed, and replaced, at each outcome
-}
-
-func (o *outcomes) hooks() *queuey.Hooks {
-	o.got, o.changed = map[string][]queuey.Result{}, make(chan struct{})
-	return &queuey.Hooks{Deliver: func(ctx context.Context, d *queuey.DeliveryInfo) (context.Context, func(queuey.Outcome)) {
-		id := d.Job.JobID
-		return ctx, func(out queuey.Outcome) {
-			o.mu.Lock()
-			defer o.mu.Unlock()
-			o.got[id] = append(o.got[id], out.Result)
-			close(o.changed)
-			o.changed = make(chan struct{})
-		}
-	}}
-}
-
-// await waits for job id's first outcome and returns all it has had.
-func (o *outcomes) await(t *testing.T, id string) []queuey.Result {
+// awaitFirst waits for job id's first outcome and returns all it has had.
+func awaitFirst(t *testing.T, seen *clocktest.Outcomes, id string) []queuey.Result {
 	t.Helper()
-	timeout := time.After(30 * time.Second)
-	for {
-		o.mu.Lock()
-		got, changed := append([]queuey.Result(nil), o.got[id]...), o.changed
-		o.mu.Unlock()
-		if len(got) > 0 {
-			return got
-		}
-		select {
-		case <-changed:
-		case <-timeout:
-			t.Fatalf("job %s had no outcome", id)
-		}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	got, err := seen.Await(ctx, id, 1)
+	if err != nil {
+		t.Fatalf("job %s had no outcome: %v", id, err)
 	}
+	return got
 }
 
 // worker runs a worker of the site's set, on its clock, whose handler
 // succeeds, until the test ends; it has read the ledger of cancellations
 // (and follows it) when worker returns.
-func (s *site) worker(seen *outcomes) *queuey.Producer {
+func (s *site) worker(seen *clocktest.Outcomes) *queuey.Producer {
 	s.t.Helper()
-	w, err := queuey.NewWorker(s.backend, set, &queuey.WorkerConfig{Clock: s.clock, Hooks: seen.hooks()})
+	w, err := queuey.NewWorker(s.backend, set, &queuey.WorkerConfig{Clock: s.clock, Hooks: seen.Hooks()})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -90,7 +61,7 @@ func (s *site) worker(seen *outcomes) *queuey.Producer {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	seen.await(s.t, first)
+	awaitFirst(s.t, seen, first)
 	return p
 }
 
@@ -122,7 +93,7 @@ func (s *site) cancellations() []string {
 // it, and when its hour is up the job ends as Cancelled, unrun.
 func TestCancelAJobThroughTheForm(t *testing.T) {
 	s := newSite(t, nil)
-	var seen outcomes
+	var seen clocktest.Outcomes
 	p := s.worker(&seen)
 	id, err := p.EnqueueAfter(t.Context(), email{To: "later"}, time.Hour)
 	if err != nil {
@@ -139,7 +110,7 @@ func TestCancelAJobThroughTheForm(t *testing.T) {
 		t.Fatalf("cancel: %d, want 200 and %q\n%s", code, want, body)
 	}
 	s.clock.Add(2 * time.Hour)
-	if got := seen.await(t, id); len(got) != 1 || got[0] != queuey.Cancelled {
+	if got := awaitFirst(t, &seen, id); len(got) != 1 || got[0] != queuey.Cancelled {
 		t.Errorf("the job's outcomes %v, want [cancelled]", got)
 	}
 }

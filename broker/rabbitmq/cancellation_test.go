@@ -4,59 +4,22 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker/rabbitmq/rabbittest"
+	"github.com/queuey-go/queuey/clocktest"
 )
 
-// resultsByJob records each delivery's outcome by job id (a Deliver hook).
-type resultsByJob struct {
-	mu      sync.Mutex
-	got     map[string][]queuey.Result
-	changed chan struct{}
-}
-
-func newResultsByJob() *resultsByJob {
-	return &resultsByJob{got: map[string][]queuey.Result{}, changed: make(chan struct{})}
-}
-
-func (r *resultsByJob) hooks() *queuey.Hooks {
-	return &queuey.Hooks{Deliver: func(ctx context.Context, d *queuey.DeliveryInfo) (context.Context, func(queuey.Outcome)) {
-		id := d.Job.JobID
-		return ctx, func(o queuey.Outcome) {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			r.got[id] = append(r.got[id], o.Result)
-			close(r.changed)
-			r.changed = make(chan struct{})
-		}
-	}}
-}
-
-// await waits up to within for id's outcomes to be want.
-func (r *resultsByJob) await(t *testing.T, id string, within time.Duration, want ...queuey.Result) {
+// awaitOutcomes waits up to within for job id's outcomes to be want.
+func awaitOutcomes(t *testing.T, seen *clocktest.Outcomes, id string, within time.Duration, want ...queuey.Result) {
 	t.Helper()
-	deadline := time.After(within)
-	for {
-		r.mu.Lock()
-		got, changed := append([]queuey.Result(nil), r.got[id]...), r.changed
-		r.mu.Unlock()
-		if len(got) >= len(want) {
-			for i := range want {
-				if got[i] != want[i] {
-					t.Fatalf("job %s: outcomes %v, want %v", id, got, want)
-				}
-			}
-			return
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("job %s: outcomes %v after %v, want %v", id, got, within, want)
-		}
+	ctx, cancel := context.WithTimeout(t.Context(), within)
+	defer cancel()
+	if got, err := seen.Await(ctx, id, len(want)); err != nil || !slices.Equal(got, want) {
+		t.Fatalf("job %s: outcomes %v (%v), want %v", id, got, err, want)
 	}
 }
 
@@ -66,8 +29,8 @@ func (r *resultsByJob) await(t *testing.T, id string, within time.Duration, want
 // Cancelled, unrun, while its queue-mate runs.
 func TestCancelOnRabbitMQHoldsAcrossAWorkerRestart(t *testing.T) {
 	t.Parallel()
-	seen := newResultsByJob()
-	r := newRigWith(t, queuey.Queue{Name: "work", Prefetch: 4}, nil, func(c *queuey.WorkerConfig) { c.Hooks = seen.hooks() })
+	seen := new(clocktest.Outcomes)
+	r := newRigWith(t, queuey.Queue{Name: "work", Prefetch: 4}, nil, func(c *queuey.WorkerConfig) { c.Hooks = seen.Hooks() })
 	r.start(1)
 	r.enqueue(job{Name: "first"})
 	r.wait(20 * time.Second) // the worker follows the ledger: it has run a job
@@ -90,7 +53,7 @@ func TestCancelOnRabbitMQHoldsAcrossAWorkerRestart(t *testing.T) {
 	if runs[0].JobID != kept {
 		t.Fatalf("the new worker ran %s (%s), want the kept job %s", runs[0].JobID, runs[0].Name, kept)
 	}
-	seen.await(t, cancelled, 20*time.Second, queuey.Cancelled)
+	awaitOutcomes(t, seen, cancelled, 20*time.Second, queuey.Cancelled)
 	for _, rg := range []*rig{r, second} {
 		rg.mu.Lock()
 		for _, run := range rg.runs {
@@ -106,16 +69,16 @@ func TestCancelOnRabbitMQHoldsAcrossAWorkerRestart(t *testing.T) {
 // the ctx's error and the job ends as Cancelled, not retried.
 func TestCancelOnRabbitMQTellsARunningJob(t *testing.T) {
 	t.Parallel()
-	seen := newResultsByJob()
+	seen := new(clocktest.Outcomes)
 	retry := queuey.FixedRetries(3, 100*time.Millisecond)
-	r := newRigWith(t, queuey.Queue{Name: "work", Prefetch: 1, Retry: &retry}, nil, func(c *queuey.WorkerConfig) { c.Hooks = seen.hooks() })
+	r := newRigWith(t, queuey.Queue{Name: "work", Prefetch: 1, Retry: &retry}, nil, func(c *queuey.WorkerConfig) { c.Hooks = seen.Hooks() })
 	r.start(1)
 	id := r.enqueue(job{Name: "long", Work: time.Minute})
 	r.wait(20 * time.Second)
 	if err := r.producer.Cancel(t.Context(), id); err != nil {
 		t.Fatal(err)
 	}
-	seen.await(t, id, 20*time.Second, queuey.Cancelled)
+	awaitOutcomes(t, seen, id, 20*time.Second, queuey.Cancelled)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if n := len(r.runs); n != 1 {
@@ -148,14 +111,14 @@ func TestCancelOnRabbitMQWithoutWorkers(t *testing.T) {
 
 // newRigOn is a second worker (and its backend) on the queue set of
 // prefix, as newRig makes one, its deliveries told to seen.
-func newRigOn(t *testing.T, prefix string, seen *resultsByJob) *rig {
+func newRigOn(t *testing.T, prefix string, seen *clocktest.Outcomes) *rig {
 	t.Helper()
 	r := &rig{t: t, prefix: prefix, changed: make(chan struct{})}
 	r.backend = rabbittest.Dial(t, nil)
 	t.Cleanup(func() { _ = r.backend.Close() })
 	set := queuey.QueueSet{Prefix: prefix, Queues: []queuey.Queue{{Name: "work", Prefetch: 4}}, RetryGranularity: 100 * time.Millisecond, DeferGranularity: 100 * time.Millisecond}
 	var err error
-	r.worker, err = queuey.NewWorker(r.backend, set, &queuey.WorkerConfig{Concurrency: 1, Logger: slog.New(slog.DiscardHandler), Hooks: seen.hooks()})
+	r.worker, err = queuey.NewWorker(r.backend, set, &queuey.WorkerConfig{Concurrency: 1, Logger: slog.New(slog.DiscardHandler), Hooks: seen.Hooks()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,49 +11,19 @@ import (
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/memory"
+	"github.com/queuey-go/queuey/clocktest"
 )
 
-// ran records each delivery's outcome by job id, through the Deliver
-// hook, and tells who waits for one.
-type ran struct {
-	mu      sync.Mutex
-	got     map[string][]queuey.Result
-	changed chan struct{} // closed, and replaced, at each outcome
-}
-
-func newRan() *ran { return &ran{got: map[string][]queuey.Result{}, changed: make(chan struct{})} }
-
-func (r *ran) hooks() *queuey.Hooks {
-	return &queuey.Hooks{Deliver: func(ctx context.Context, d *queuey.DeliveryInfo) (context.Context, func(queuey.Outcome)) {
-		id := d.Job.JobID
-		return ctx, func(o queuey.Outcome) {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			r.got[id] = append(r.got[id], o.Result)
-			close(r.changed)
-			r.changed = make(chan struct{})
-		}
-	}}
-}
-
-// await waits for the first outcome of job id and returns every outcome
-// it has had.
-func (r *ran) await(t *testing.T, id string) []queuey.Result {
+// awaitFirst waits for job id's first outcome and returns all it has had.
+func awaitFirst(t *testing.T, seen *clocktest.Outcomes, id string) []queuey.Result {
 	t.Helper()
-	timeout := time.After(30 * time.Second)
-	for {
-		r.mu.Lock()
-		got, changed := append([]queuey.Result(nil), r.got[id]...), r.changed
-		r.mu.Unlock()
-		if len(got) > 0 {
-			return got
-		}
-		select {
-		case <-changed:
-		case <-timeout:
-			t.Fatalf("job %s had no outcome", id)
-		}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	got, err := seen.Await(ctx, id, 1)
+	if err != nil {
+		t.Fatalf("job %s had no outcome: %v", id, err)
 	}
+	return got
 }
 
 // runWorker runs a worker of set on backend, whose handler succeeds, until
@@ -146,14 +115,14 @@ func TestCancelPrintsCancelledOnceTheWorkersConfirm(t *testing.T) {
 	backend := memory.New(&memory.Options{Clock: mock})
 	t.Cleanup(func() { _ = backend.Close() })
 	set := queuey.QueueSet{Prefix: "cli", Queues: []queuey.Queue{jobs}}
-	seen := newRan()
-	runWorker(t, backend, set, &queuey.WorkerConfig{Clock: mock, Hooks: seen.hooks()})
+	seen := new(clocktest.Outcomes)
+	runWorker(t, backend, set, &queuey.WorkerConfig{Clock: mock, Hooks: seen.Hooks()})
 	p, err := queuey.NewProducer(t.Context(), backend, set, &queuey.ProducerConfig{Clock: mock})
 	must(t, err)
 	// A job run first: the worker has read the ledger, and follows it.
 	first, err := p.Enqueue(t.Context(), jobA{N: 1})
 	must(t, err)
-	seen.await(t, first)
+	awaitFirst(t, seen, first)
 	later, err := p.EnqueueAfter(t.Context(), jobA{N: 2}, time.Hour)
 	must(t, err)
 
@@ -162,7 +131,7 @@ func TestCancelPrintsCancelledOnceTheWorkersConfirm(t *testing.T) {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want 0, \"cancelled %s\" and nothing on stderr", r.code, r.stdout, r.stderr, later)
 	}
 	mock.Add(2 * time.Hour)
-	if got := seen.await(t, later); len(got) != 1 || got[0] != queuey.Cancelled {
+	if got := awaitFirst(t, seen, later); len(got) != 1 || got[0] != queuey.Cancelled {
 		t.Errorf("the cancelled job's outcomes: %v, want [cancelled]", got)
 	}
 }
@@ -250,13 +219,13 @@ func TestCancelOnRabbitMQ(t *testing.T) {
 	})
 
 	t.Run("a worker running", func(t *testing.T) {
-		seen := newRan()
-		runWorker(t, backend, f.set, &queuey.WorkerConfig{Hooks: seen.hooks()})
+		seen := new(clocktest.Outcomes)
+		runWorker(t, backend, f.set, &queuey.WorkerConfig{Hooks: seen.Hooks()})
 		p, err := queuey.NewProducer(t.Context(), backend, f.set, nil)
 		must(t, err)
 		first, err := p.Enqueue(t.Context(), jobA{N: 1}) // run: the worker follows the ledger
 		must(t, err)
-		seen.await(t, first)
+		awaitFirst(t, seen, first)
 		later, err := p.EnqueueAfter(t.Context(), jobA{N: 2}, time.Hour)
 		must(t, err)
 		r := cli(t, "", args(later)...)

@@ -3,7 +3,6 @@ package browsertest
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,50 +12,6 @@ import (
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/rabbitmq/rabbittest"
 )
-
-// outcomes records each delivery's outcome by job id, through the Deliver
-// hook, and tells who waits for one.
-type outcomes struct {
-	mu      sync.Mutex
-	got     map[string][]queuey.Result
-	changed chan struct{} // closed, and replaced, at each outcome
-}
-
-func newOutcomes() *outcomes {
-	return &outcomes{got: map[string][]queuey.Result{}, changed: make(chan struct{})}
-}
-
-func (o *outcomes) hooks() *queuey.Hooks {
-	return &queuey.Hooks{Deliver: func(ctx context.Context, d *queuey.DeliveryInfo) (context.Context, func(queuey.Outcome)) {
-		id := d.Job.JobID
-		return ctx, func(out queuey.Outcome) {
-			o.mu.Lock()
-			defer o.mu.Unlock()
-			o.got[id] = append(o.got[id], out.Result)
-			close(o.changed)
-			o.changed = make(chan struct{})
-		}
-	}}
-}
-
-// await waits for job id's first outcome and returns all it has had.
-func (o *outcomes) await(t *testing.T, id string) []queuey.Result {
-	t.Helper()
-	timeout := time.After(20 * time.Second)
-	for {
-		o.mu.Lock()
-		got, changed := append([]queuey.Result(nil), o.got[id]...), o.changed
-		o.mu.Unlock()
-		if len(got) > 0 {
-			return got
-		}
-		select {
-		case <-changed:
-		case <-timeout:
-			t.Fatalf("job %s had no outcome", id)
-		}
-	}
-}
 
 // TestCancelAJobByTypingItsID: the id of a job enqueued to run in a
 // minute is typed into the Overview's form and the button clicked; the
@@ -84,7 +39,9 @@ func TestCancelAJobByTypingItsID(t *testing.T) {
 	// A minute, not an hour: the mock clock fires each of the agent's
 	// heartbeats (one a second) on the way.
 	s.clock.Add(time.Minute + time.Second)
-	if got := s.outcomes.await(t, id); len(got) != 1 || got[0] != queuey.Cancelled {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if got, err := s.outcomes.Await(ctx, id, 1); err != nil || len(got) != 1 || got[0] != queuey.Cancelled {
 		t.Errorf("the job's outcomes %v, want [cancelled]", got)
 	}
 	select {

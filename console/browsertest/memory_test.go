@@ -12,6 +12,7 @@ import (
 
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker/memory"
+	"github.com/queuey-go/queuey/clocktest"
 	"github.com/queuey-go/queuey/console"
 	"github.com/queuey-go/queuey/fleet"
 )
@@ -30,8 +31,8 @@ func (job) Queue() queuey.Queue { return jobs }
 type system struct {
 	clock    *clock.Mock
 	producer *queuey.Producer
-	ran      chan job  // each run of the handler
-	outcomes *outcomes // each delivery's, by job id
+	ran      chan job            // each run of the handler
+	outcomes *clocktest.Outcomes // each delivery's, by job id
 	url      string
 }
 
@@ -42,10 +43,10 @@ func newSystem(t *testing.T, handle func(job) error) *system {
 	mock.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	backend := memory.New(&memory.Options{Clock: mock})
 	set := queuey.QueueSet{Prefix: "browser", Queues: []queuey.Queue{jobs}}
-	s := &system{clock: mock, ran: make(chan job, 16), outcomes: newOutcomes()}
+	s := &system{clock: mock, ran: make(chan job, 16), outcomes: new(clocktest.Outcomes)}
 	agent, err := fleet.NewAgent(backend, set, &fleet.Options{Clock: mock, Interval: time.Second})
 	must(t, err)
-	w, err := queuey.NewWorker(backend, set, &queuey.WorkerConfig{Clock: mock, Hooks: agent.Hooks(s.outcomes.hooks()), Concurrency: 1})
+	w, err := queuey.NewWorker(backend, set, &queuey.WorkerConfig{Clock: mock, Hooks: agent.Hooks(s.outcomes.Hooks()), Concurrency: 1})
 	must(t, err)
 	must(t, queuey.Handle(w, func(ctx context.Context, j job, _ queuey.JobContext) error {
 		err := handle(j)
