@@ -46,25 +46,41 @@ func (b *Backend) Listen(ctx context.Context, topic string) (broker.Listener, er
 	if b.listeners == nil {
 		b.listeners = map[string][]*listener{}
 	}
-	l := &listener{b: b, topic: topic, ch: make(chan []byte, listenerBuffer)}
+	l := &listener{feed: feed{b: b, ch: make(chan []byte, listenerBuffer)}, topic: topic}
 	b.listeners[topic] = append(b.listeners[topic], l)
 	return l, nil
 }
 
-type listener struct {
+// feed is what a listener and a ledger follower share: a channel written
+// under b.mu only, and why it ended.
+type feed struct {
 	b     *Backend
-	topic string
 	ch    chan []byte
 	err   error // under b.mu
 	ended bool  // under b.mu
 }
 
-func (l *listener) Messages() <-chan []byte { return l.ch }
+func (f *feed) Messages() <-chan []byte { return f.ch }
 
-func (l *listener) Err() error {
-	l.b.mu.Lock()
-	defer l.b.mu.Unlock()
-	return l.err
+func (f *feed) Err() error {
+	f.b.mu.Lock()
+	defer f.b.mu.Unlock()
+	return f.err
+}
+
+// finishLocked ends the feed with err, and reports whether it was live.
+func (f *feed) finishLocked(err error) bool {
+	if f.ended {
+		return false
+	}
+	f.ended, f.err = true, err
+	close(f.ch)
+	return true
+}
+
+type listener struct {
+	feed
+	topic string
 }
 
 func (l *listener) Close() {
@@ -74,12 +90,9 @@ func (l *listener) Close() {
 }
 
 func (l *listener) endLocked(err error) {
-	if l.ended {
-		return
+	if l.finishLocked(err) {
+		l.b.listeners[l.topic] = slices.DeleteFunc(l.b.listeners[l.topic], func(o *listener) bool { return o == l })
 	}
-	l.ended, l.err = true, err
-	l.b.listeners[l.topic] = slices.DeleteFunc(l.b.listeners[l.topic], func(o *listener) bool { return o == l })
-	close(l.ch)
 }
 
 // endListenersLocked ends every listener, for Close.

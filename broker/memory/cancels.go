@@ -67,7 +67,7 @@ func (b *Backend) FollowCancels(ctx context.Context, prefix string) (broker.List
 	}
 	l := b.ledgerLocked(prefix)
 	now := b.clock.Now()
-	f := &follower{b: b, l: l, ch: make(chan []byte, len(l.records)+followerSlack)}
+	f := &follower{feed: feed{b: b, ch: make(chan []byte, len(l.records)+followerSlack)}, l: l}
 	for _, r := range l.records {
 		if r.until.After(now) {
 			f.ch <- slices.Clone(r.body)
@@ -102,21 +102,10 @@ func (b *Backend) ledgerLocked(prefix string) *ledger {
 	return l
 }
 
-// follower reads one ledger; its channel is written under b.mu only.
+// follower reads one ledger.
 type follower struct {
-	b     *Backend
-	l     *ledger
-	ch    chan []byte
-	err   error // under b.mu
-	ended bool  // under b.mu
-}
-
-func (f *follower) Messages() <-chan []byte { return f.ch }
-
-func (f *follower) Err() error {
-	f.b.mu.Lock()
-	defer f.b.mu.Unlock()
-	return f.err
+	feed
+	l *ledger
 }
 
 func (f *follower) Close() {
@@ -135,12 +124,9 @@ func (f *follower) handLocked(body []byte) {
 }
 
 func (f *follower) endLocked(err error) {
-	if f.ended {
-		return
+	if f.finishLocked(err) {
+		f.l.followers = slices.DeleteFunc(f.l.followers, func(o *follower) bool { return o == f })
 	}
-	f.ended, f.err = true, err
-	f.l.followers = slices.DeleteFunc(f.l.followers, func(o *follower) bool { return o == f })
-	close(f.ch)
 }
 
 // endFollowersLocked ends every ledger's followers, for Close.

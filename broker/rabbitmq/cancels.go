@@ -173,17 +173,12 @@ func (b *Backend) FollowCancels(ctx context.Context, prefix string) (broker.List
 // followOnce starts a follower on the live publishing session, on the
 // next one when the connection was lost meanwhile, until ctx ends.
 func (b *Backend) followOnce(ctx context.Context, prefix string) (*follower, error) {
-	for {
-		s, err := b.session(ctx)
-		if err != nil {
-			return nil, err
-		}
-		f, err := s.follow(ctx, prefix)
-		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
-			continue
-		}
-		return f, err
-	}
+	var f *follower
+	err := b.onSession(ctx, func(s *session) (err error) {
+		f, err = s.follow(ctx, prefix)
+		return err
+	})
+	return f, err
 }
 
 // follow opens the follower's channel and starts it (guard), once the
