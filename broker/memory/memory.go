@@ -88,6 +88,12 @@ type stored struct {
 	seq         uint64
 	redelivered bool
 	expires     int64 // landing + the queue's MessageTTL, Unix ns; 0: never
+	// first is the message's first delivery, made with it: one allocation
+	// a message where most are delivered once. A message given back gets
+	// a delivery of its own each time after, so that an earlier one, still
+	// in a consumer's hands, stays settled.
+	first     delivery
+	firstUsed bool
 }
 
 type held struct {
@@ -398,7 +404,8 @@ func (b *Backend) dispatchLocked(q *queue) {
 		}
 		s := q.popLocked()
 		b.tag++
-		d := &delivery{c: c, tag: b.tag, s: s}
+		d := s.newDelivery()
+		*d = delivery{c: c, tag: b.tag, s: s}
 		c.unacked[d.tag] = d
 		c.ch <- d // never blocks: the buffer holds prefetch and unacked < prefetch
 	}
@@ -601,6 +608,16 @@ type delivery struct {
 	tag     uint64
 	s       *stored
 	settled bool
+}
+
+// newDelivery is where s's next delivery is kept: its first, or one of
+// its own.
+func (s *stored) newDelivery() *delivery {
+	if s.firstUsed {
+		return new(delivery)
+	}
+	s.firstUsed = true
+	return &s.first
 }
 
 func (d *delivery) Message() broker.Message { return d.s.msg }
