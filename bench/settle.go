@@ -43,25 +43,44 @@ func handleSettle(_ context.Context, j settleJob, jc queuey.JobContext) error {
 	return nil
 }
 
+// settleResult is one run of scenario 8: first runs settled/s, and the CPU
+// time per job the broker and this process spent meanwhile.
+type settleResult struct{ rate, brokerUs, selfUs float64 }
+
+// settleSeries is a run set's results, run by run.
+type settleSeries struct{ rate, broker, self series }
+
+func (s *settleSeries) add(r settleResult) {
+	s.rate, s.broker, s.self = append(s.rate, r.rate), append(s.broker, r.brokerUs), append(s.self, r.selfUs)
+}
+
+// settled is the result of n jobs settled since start, cpu being the CPU
+// times read then.
+func settled(n int, start time.Time, cpu cpuTimes) settleResult {
+	r := settleResult{rate: float64(n) / time.Since(start).Seconds()}
+	r.brokerUs, r.selfUs = cpu.perJob(n)
+	return r
+}
+
 // libSettle enqueues n jobs of mode, then starts one worker and returns the
 // jobs/s at which their first runs are settled (acked, or held again and
 // then acked): the rate of the settling side, hold actor included.
-func libSettle(ctx context.Context, cfg config, mode string) (float64, error) {
-	var settled atomic.Int64
+func libSettle(ctx context.Context, cfg config, mode string) (settleResult, error) {
+	var count atomic.Int64
 	done := make(chan struct{})
 	hooks := &queuey.Hooks{Deliver: func(ctx context.Context, info *queuey.DeliveryInfo) (context.Context, func(queuey.Outcome)) {
 		if info.Job.Kind != "settle" {
 			return ctx, nil
 		}
 		return ctx, func(queuey.Outcome) {
-			if settled.Add(1) == int64(cfg.settleN) {
+			if count.Add(1) == int64(cfg.settleN) {
 				close(done)
 			}
 		}
 	}}
 	r, err := newLibRig(ctx, cfg, "settle-"+mode, hooks, func(r *libRig) error { return queuey.Handle(r.worker, handleSettle) })
 	if err != nil {
-		return 0, err
+		return settleResult{}, err
 	}
 	defer deleteQueues(cfg.amqpURL, broker.HoldQueueName(r.queue, settleWait))
 	defer r.close()
@@ -70,18 +89,18 @@ func libSettle(ctx context.Context, cfg config, mode string) (float64, error) {
 		return err
 	})
 	if err != nil {
-		return 0, err
+		return settleResult{}, err
 	}
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	r.stop, r.ran = stop, make(chan error, 1)
-	start := time.Now()
+	cpu, start := readCPU(), time.Now()
 	go func() { r.ran <- r.worker.Run(runCtx) }()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Minute):
-		return 0, fmt.Errorf("%s: %d of %d first runs settled after 5 minutes", mode, settled.Load(), cfg.settleN)
+		return settleResult{}, fmt.Errorf("%s: %d of %d first runs settled after 5 minutes", mode, count.Load(), cfg.settleN)
 	}
-	return float64(cfg.settleN) / time.Since(start).Seconds(), r.close()
+	return settled(cfg.settleN, start, cpu), r.close()
 }
 
 // scenarioSettle is scenario 8: N jobs that each defer once, and N that
@@ -106,17 +125,17 @@ func scenarioSettle(cfg config) ([]row, error) {
 // in the other order every second round.
 func settleAt(cfg config) ([]row, error) {
 	ctx := context.Background()
-	var ok, deferred, retried, rawOK, rawHeld series
+	var ok, deferred, retried, rawOK, rawHeld settleSeries
 	runs := []struct {
 		name string
-		into *series
-		run  func() (float64, error)
+		into *settleSeries
+		run  func() (settleResult, error)
 	}{
-		{"succeed", &ok, func() (float64, error) { return libSettle(ctx, cfg, "succeed") }},
-		{"defer", &deferred, func() (float64, error) { return libSettle(ctx, cfg, "defer") }},
-		{"retry", &retried, func() (float64, error) { return libSettle(ctx, cfg, "retry") }},
-		{"raw ack", &rawOK, func() (float64, error) { return rawSettle(cfg, false) }},
-		{"raw republish", &rawHeld, func() (float64, error) { return rawSettle(cfg, true) }},
+		{"succeed", &ok, func() (settleResult, error) { return libSettle(ctx, cfg, "succeed") }},
+		{"defer", &deferred, func() (settleResult, error) { return libSettle(ctx, cfg, "defer") }},
+		{"retry", &retried, func() (settleResult, error) { return libSettle(ctx, cfg, "retry") }},
+		{"raw ack", &rawOK, func() (settleResult, error) { return rawSettle(cfg, false) }},
+		{"raw republish", &rawHeld, func() (settleResult, error) { return rawSettle(cfg, true) }},
 	}
 	for round := range cfg.count {
 		for i := range runs {
@@ -128,17 +147,21 @@ func settleAt(cfg config) ([]row, error) {
 			if err != nil {
 				return nil, wrap(r.name, err)
 			}
-			*r.into = append(*r.into, v)
+			r.into.add(v)
 		}
 	}
 	name := fmt.Sprintf("8 settle %d jobs, prefetch %d", cfg.settleN, cfg.prefetch)
 	return []row{
-		settleRow(name, "first runs settled/s: defer once vs succeed", deferred, ok, 0.8, false),
-		settleRow(name, "first runs settled/s: fail once (retry) vs succeed", retried, ok, 0.8, false),
-		settleRow(name, "raw amqp091: republish+confirm+ack vs ack (the broker's ceiling)", rawHeld, rawOK, 0, false),
-		settleRow(name, "defer once: queuey vs raw republish", deferred, rawHeld, 0.9, true),
-		settleRow(name, "fail once (retry): queuey vs raw republish", retried, rawHeld, 0.9, false),
-		settleRow(name, "succeed: queuey vs raw ack", ok, rawOK, 0.9, false),
+		settleRow(name, "first runs settled/s: defer once vs succeed", deferred.rate, ok.rate, 0.8, false),
+		settleRow(name, "first runs settled/s: fail once (retry) vs succeed", retried.rate, ok.rate, 0.8, false),
+		settleRow(name, "raw amqp091: republish+confirm+ack vs ack (the broker's ceiling)", rawHeld.rate, rawOK.rate, 0, false),
+		settleRow(name, "defer once: queuey vs raw republish", deferred.rate, rawHeld.rate, 0.9, true),
+		settleRow(name, "fail once (retry): queuey vs raw republish", retried.rate, rawHeld.rate, 0.9, false),
+		settleRow(name, "succeed: queuey vs raw ack", ok.rate, rawOK.rate, 0.9, false),
+		infoRow(cpuRow(name, "defer once: broker CPU µs/job, queuey vs raw republish", deferred.broker, rawHeld.broker, 0)),
+		infoRow(cpuRow(name, "defer once: Go CPU µs/job, queuey vs raw republish", deferred.self, rawHeld.self, 0)),
+		infoRow(cpuRow(name, "succeed: broker CPU µs/job, queuey vs raw ack", ok.broker, rawOK.broker, 0)),
+		infoRow(cpuRow(name, "succeed: Go CPU µs/job, queuey vs raw ack", ok.self, rawOK.self, 0)),
 	}, nil
 }
 
@@ -159,46 +182,46 @@ func settleRow(name, metric string, lib, base series, min float64, headline bool
 // that acks each (republish false) or first publishes it into a hold queue
 // declared as queuey's and acks it once that publish is confirmed, with
 // as many confirms in flight as deliveries. It returns deliveries
-// settled/s.
-func rawSettle(cfg config, republish bool) (float64, error) {
+// settled/s and the CPU they cost.
+func rawSettle(cfg config, republish bool) (settleResult, error) {
 	r, err := newRawRig(cfg, "settle-raw", false)
 	if err != nil {
-		return 0, err
+		return settleResult{}, err
 	}
 	defer r.close()
 	hold := broker.HoldQueueName(r.queue, settleWait)
 	defer deleteQueues(cfg.amqpURL, hold)
 	spec := broker.QueueSpec{Name: r.queue, MaxPriority: maxPriority, Durable: true}
 	if _, err := r.w.ch.QueueDeclare(hold, true, false, false, false, amqp.Table(broker.HoldQueueArgs(spec.Name, settleWait))); err != nil {
-		return 0, err
+		return settleResult{}, err
 	}
 	for range cfg.settleN {
 		if err := r.w.publish(r.queue, rawPublishing(jsonBody(time.Now().UnixNano(), bodySize))); err != nil {
-			return 0, err
+			return settleResult{}, err
 		}
 	}
 	if err := r.w.drain(); err != nil {
-		return 0, err
+		return settleResult{}, err
 	}
 	pub, err := r.conn.Channel()
 	if err != nil {
-		return 0, err
+		return settleResult{}, err
 	}
 	if err := pub.Confirm(false); err != nil {
-		return 0, err
+		return settleResult{}, err
 	}
 	if r.cch, err = r.conn.Channel(); err != nil {
-		return 0, err
+		return settleResult{}, err
 	}
 	if err := r.cch.Qos(cfg.prefetch, 0, false); err != nil {
-		return 0, err
+		return settleResult{}, err
 	}
 	r.consumed = make(chan struct{})
-	start := time.Now()
+	cpu, start := readCPU(), time.Now()
 	deliveries, err := r.cch.Consume(r.queue, "", false, false, false, false, nil)
 	if err != nil {
 		close(r.consumed)
-		return 0, err
+		return settleResult{}, err
 	}
 	var acked atomic.Int64
 	done := make(chan struct{})
@@ -215,9 +238,9 @@ func rawSettle(cfg config, republish bool) (float64, error) {
 	select {
 	case <-done:
 	case <-time.After(5 * time.Minute):
-		return 0, fmt.Errorf("raw: %d of %d settled after 5 minutes", acked.Load(), cfg.settleN)
+		return settleResult{}, fmt.Errorf("raw: %d of %d settled after 5 minutes", acked.Load(), cfg.settleN)
 	}
-	return float64(cfg.settleN) / time.Since(start).Seconds(), nil
+	return settled(cfg.settleN, start, cpu), nil
 }
 
 // settleRaw acks d, after publishing it into hold and waiting (on a

@@ -133,9 +133,8 @@ func (r *connRun) feed(conn *connection) {
 	lost := conn.NotifyClose(make(chan *amqp.Error, 1))
 	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
 	r.feeds.Go(func() {
-		for e := range lost {
-			_ = r.inbox.Send(context.Background(), connectionClosed{err: e})
-		}
+		e := <-lost // its reason, or nil: amqp091 closes lost after one at most
+		_ = r.inbox.Send(context.Background(), connectionClosed{err: e})
 	})
 	r.feeds.Go(func() {
 		defer close(r.s.gone)

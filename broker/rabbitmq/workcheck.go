@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/queuey-go/queuey/broker"
 )
@@ -116,12 +119,16 @@ func (b *Backend) runWorkCheck(wc *workChecks, c, after *workCheck, spec broker.
 	close(c.done)
 }
 
-// checkWorkQueue finds spec's work queue by a passive declare, and
-// declares it (and its dead-letter queue) again if it is gone. A queue
-// that exists with other arguments exists: what it lacks is said where it
-// is consumed.
+// checkWorkQueue finds spec's work queue (and its lane, if it has one)
+// by existsOn, and declares it (and its dead-letter queue) again if it is
+// gone. A queue that exists with other arguments exists: what it lacks is
+// said where it is consumed.
 func (b *Backend) checkWorkQueue(ctx context.Context, spec broker.QueueSpec) (declared bool, _ error) {
-	_, err := b.Depth(ctx, spec.Name)
+	queues := []string{spec.Name}
+	if hasLane(spec) {
+		queues = append(queues, broker.LaneQueueName(spec.Name))
+	}
+	err := b.exists(ctx, queues)
 	if !errors.Is(err, broker.ErrNoQueue) {
 		return false, err
 	}
@@ -130,4 +137,58 @@ func (b *Backend) checkWorkQueue(ctx context.Context, spec broker.QueueSpec) (de
 		return false, fmt.Errorf("rabbitmq: work queue %q is gone, and declaring it again failed: %w", spec.Name, err)
 	}
 	return true, nil
+}
+
+// exists checks that each of queues exists (existsOn), on the current
+// connection, again on the next if it is lost meanwhile.
+func (b *Backend) exists(ctx context.Context, queues []string) error {
+	for {
+		s, err := b.session(ctx)
+		if err != nil {
+			return err
+		}
+		err = s.existsOn(ctx, queues)
+		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
+			continue
+		}
+		return err
+	}
+}
+
+// existsOn checks that each of queues exists, in one round trip on the
+// declaration channel: a passive declare of each without its answer
+// (nowait), then a basic.qos, whose answer comes only once the broker has
+// taken what was sent before it on the channel. A missing queue closes
+// the channel first (404): broker.ErrNoQueue, or broker.ErrUnavailable
+// for a queue whose node is down. Without nowait, the broker would ask
+// each queue for its counts (a call the queue answers in its turn, behind
+// the deliveries and acks it is busy with); a queue is looked up, not
+// asked, so that a check beside every hold costs a busy queue nothing.
+func (s *session) existsOn(ctx context.Context, queues []string) error {
+	err := s.onDeclChRaw(ctx, "check that it exists", strings.Join(queues, ", "), func(ch *amqp.Channel) error {
+		for _, q := range queues {
+			if _, err := ch.QueueDeclarePassive(q, false, false, false, true, nil); err != nil {
+				return err
+			}
+		}
+		return ch.Qos(0, 0, false)
+	})
+	var amqpErr *amqp.Error
+	switch {
+	case errors.Is(err, amqp.ErrClosed):
+		// The channel closed before the qos went out: on a declare's 404,
+		// or with its connection. Which, a passive declare with its answer
+		// tells.
+		for _, q := range queues {
+			if _, err := s.inspect(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	case errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound:
+		return fmt.Errorf("%w: %s", notFound(amqpErr), amqpErr.Reason)
+	case err != nil:
+		return lostOr(err)
+	}
+	return nil
 }
