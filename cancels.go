@@ -42,8 +42,8 @@ type cancelsActor struct {
 
 // runningSlot is where a handler goroutine shows the job it runs, alone on
 // its cache line: each goroutine writes its own slot twice a job, and
-// slots that shared a line made every write take the line from the other
-// cores (4 % of a memory-backend job at concurrency 1 to 8, in profiles).
+// slots sharing a line would make each of those writes take the line from
+// the cores running the other handlers.
 type runningSlot struct {
 	atomic.Pointer[jobCtx]
 	_ [cacheLine - 8]byte
