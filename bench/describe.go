@@ -67,7 +67,8 @@ var scenarioDocs = map[int]scenarioDoc{
 		return fmt.Sprintf("%d jobs wait on the queue, then one worker (prefetch %s, a run set each) settles their first runs: jobs "+
 			"that succeed, defer once or fail once and retry (each wait %v): what the hold actor's publishes cost. "+
 			"Baseline: the jobs that succeed; and plain amqp091-go doing the same work (consume, publish into a hold "+
-			"queue, confirm, ack) against consume and ack, the broker's ceiling.", c.settleN, joinInts(c.settlePrefetch), settleWait)
+			"queue, confirm, ack) against consume and ack, the broker's ceiling. The CPU rows: the broker's and this "+
+			"process's CPU time per job while the jobs settle.", c.settleN, joinInts(c.settlePrefetch), settleWait)
 	}},
 	10: {"Scale on RabbitMQ", func(c config) string {
 		return fmt.Sprintf("One worker (concurrency %d, prefetch %d a queue) of 1 queue, then of %d, on RabbitMQ, in the same run. "+
