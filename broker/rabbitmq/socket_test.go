@@ -117,7 +117,11 @@ func TestSocketWriterFailsLaterWritesOnceAWriteFailed(t *testing.T) {
 	if _, err := w.Write([]byte("lost")); err != nil {
 		t.Fatalf("the first Write = %v; it only queues", err)
 	}
+	// The writer tells the failure (broken) before it closes the socket,
+	// so that a read failing on the close finds its cause; it has closed
+	// it once it has returned (done).
 	<-w.broken
+	<-w.done
 	if _, err := w.Write([]byte("after")); !errors.Is(err, io.ErrClosedPipe) {
 		t.Errorf("a Write after the failed one = %v, want the write's error (%v)", err, io.ErrClosedPipe)
 	}
