@@ -128,7 +128,7 @@ func (b *Backend) checkWorkQueue(ctx context.Context, spec broker.QueueSpec) (de
 	if hasLane(spec) {
 		queues = append(queues, broker.LaneQueueName(spec.Name))
 	}
-	err := b.exists(ctx, queues)
+	err := b.onSession(ctx, func(s *session) error { return s.existsOn(ctx, queues) })
 	if !errors.Is(err, broker.ErrNoQueue) {
 		return false, err
 	}
@@ -137,22 +137,6 @@ func (b *Backend) checkWorkQueue(ctx context.Context, spec broker.QueueSpec) (de
 		return false, fmt.Errorf("rabbitmq: work queue %q is gone, and declaring it again failed: %w", spec.Name, err)
 	}
 	return true, nil
-}
-
-// exists checks that each of queues exists (existsOn), on the current
-// connection, again on the next if it is lost meanwhile.
-func (b *Backend) exists(ctx context.Context, queues []string) error {
-	for {
-		s, err := b.session(ctx)
-		if err != nil {
-			return err
-		}
-		err = s.existsOn(ctx, queues)
-		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
-			continue
-		}
-		return err
-	}
 }
 
 // existsOn checks that each of queues exists, in one round trip on the
