@@ -88,7 +88,7 @@ func main() {
 	flag.IntVar(&cfg.memN, "mem-n", 200000, "jobs per memory-backend run (scenarios 5, 7)")
 	flag.IntVar(&cfg.memProducers, "mem-producers", 2, "enqueuing goroutines on the memory backend (scenarios 5, 7)")
 	flag.IntVar(&cfg.memPrefetch, "mem-prefetch", 16, "queue prefetch on the memory backend (scenarios 5, 7)")
-	flag.IntVar(&cfg.settleN, "settle-n", 4000, "jobs per run of the settle scenario (8)")
+	flag.IntVar(&cfg.settleN, "settle-n", 10000, "jobs per run of the settle scenario (8)")
 	flag.Func("settle-prefetch", "comma-separated prefetches of the settle scenario (8), a run set each (default 10,32)", func(v string) error {
 		ps, err := positiveInts(v)
 		cfg.settlePrefetch = ps
@@ -99,7 +99,7 @@ func main() {
 	flag.StringVar(&cfg.cluster, "cluster", os.Getenv("QUEUEY_CLUSTER"), "comma-separated URLs of a RabbitMQ cluster's nodes (scenario 9; `make cluster` prints them)")
 	flag.IntVar(&cfg.count, "count", 1, "runs of each measurement; figures are medians")
 	flag.StringVar(&scen, "scenarios", "1,2,3,4,5,6,7,8", "comma-separated scenarios to run (on request: 9, quorum queues on a cluster; 10, 5,000 queues on RabbitMQ, about 11 minutes of heavy broker load)")
-	flag.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (samples labelled scenario=N, and run=<name> in scenario 2: go tool pprof -tagfocus)")
+	flag.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file (samples labelled scenario=N, and run=<name> in scenarios 2 and 8: go tool pprof -tagfocus)")
 	flag.StringVar(&memprofile, "memprofile", "", "write an allocation profile at the end to this file")
 	out.registerFlags(flag.CommandLine)
 	flag.Parse()

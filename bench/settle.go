@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/pprof"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,6 +56,31 @@ func (s *settleSeries) add(r settleResult) {
 	s.rate, s.broker, s.self = append(s.rate, r.rate), append(s.broker, r.brokerUs), append(s.self, r.selfUs)
 }
 
+// firstDelivery starts a timed run of scenario 8 at its first delivery,
+// queuey's and raw amqp091's alike: what comes before (queuey's worker
+// declares its queues and opens its channels as it starts; raw's rig has
+// done so before its run) is not settling.
+type firstDelivery struct {
+	once sync.Once
+	c    chan struct{}
+}
+
+func newFirstDelivery() *firstDelivery { return &firstDelivery{c: make(chan struct{})} }
+
+// seen marks a delivery; the first one starts the run.
+func (f *firstDelivery) seen() { f.once.Do(func() { close(f.c) }) }
+
+// wait waits for the first delivery and returns when it came and the CPU
+// times read then.
+func (f *firstDelivery) wait() (time.Time, cpuTimes, error) {
+	select {
+	case <-f.c:
+		return time.Now(), readCPU(), nil
+	case <-time.After(time.Minute):
+		return time.Time{}, cpuTimes{}, errors.New("no delivery in a minute")
+	}
+}
+
 // settled is the result of n jobs settled since start, cpu being the CPU
 // times read then.
 func settled(n int, start time.Time, cpu cpuTimes) settleResult {
@@ -67,11 +94,12 @@ func settled(n int, start time.Time, cpu cpuTimes) settleResult {
 // then acked): the rate of the settling side, hold actor included.
 func libSettle(ctx context.Context, cfg config, mode string) (settleResult, error) {
 	var count atomic.Int64
-	done := make(chan struct{})
+	done, first := make(chan struct{}), newFirstDelivery()
 	hooks := &queuey.Hooks{Deliver: func(ctx context.Context, info *queuey.DeliveryInfo) (context.Context, func(queuey.Outcome)) {
 		if info.Job.Kind != "settle" {
 			return ctx, nil
 		}
+		first.seen()
 		return ctx, func(queuey.Outcome) {
 			if count.Add(1) == int64(cfg.settleN) {
 				close(done)
@@ -93,8 +121,11 @@ func libSettle(ctx context.Context, cfg config, mode string) (settleResult, erro
 	}
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	r.stop, r.ran = stop, make(chan error, 1)
-	cpu, start := readCPU(), time.Now()
 	go func() { r.ran <- r.worker.Run(runCtx) }()
+	start, cpu, err := first.wait()
+	if err != nil {
+		return settleResult{}, fmt.Errorf("%s: %w", mode, err)
+	}
 	select {
 	case <-done:
 	case <-time.After(5 * time.Minute):
@@ -143,7 +174,9 @@ func settleAt(cfg config) ([]row, error) {
 			if round%2 == 1 {
 				r = runs[len(runs)-1-i]
 			}
-			v, err := r.run()
+			var v settleResult
+			var err error
+			pprof.Do(ctx, pprof.Labels("run", r.name), func(context.Context) { v, err = r.run() })
 			if err != nil {
 				return nil, wrap(r.name, err)
 			}
@@ -217,7 +250,7 @@ func rawSettle(cfg config, republish bool) (settleResult, error) {
 		return settleResult{}, err
 	}
 	r.consumed = make(chan struct{})
-	cpu, start := readCPU(), time.Now()
+	first := newFirstDelivery()
 	deliveries, err := r.cch.Consume(r.queue, "", false, false, false, false, nil)
 	if err != nil {
 		close(r.consumed)
@@ -228,6 +261,7 @@ func rawSettle(cfg config, republish bool) (settleResult, error) {
 	go func() {
 		defer close(r.consumed)
 		for d := range deliveries {
+			first.seen()
 			settleRaw(pub, hold, d, republish, func() {
 				if acked.Add(1) == int64(cfg.settleN) {
 					close(done)
@@ -235,6 +269,10 @@ func rawSettle(cfg config, republish bool) (settleResult, error) {
 			})
 		}
 	}()
+	start, cpu, err := first.wait()
+	if err != nil {
+		return settleResult{}, fmt.Errorf("raw: %w", err)
+	}
 	select {
 	case <-done:
 	case <-time.After(5 * time.Minute):

@@ -134,7 +134,7 @@ func (s *session) listen(ctx context.Context, topic string) (*listener, error) {
 		return nil, err
 	}
 	var l *listener
-	err := s.guard(ctx, callRequest, "listen to", topic, func() error {
+	err := s.guard(ctx, callRequest, "listen to", quoted(topic), func() error {
 		ch, err := s.conn.Channel()
 		if err != nil {
 			return err

@@ -192,7 +192,7 @@ func (s *session) follow(ctx context.Context, prefix string) (*follower, error) 
 	}
 	ledger, roll := broker.CancelLedgerName(prefix), broker.CancelFollowersName(prefix)
 	var f *follower
-	err := s.guard(ctx, callRequest, "follow", roll, func() error {
+	err := s.guard(ctx, callRequest, "follow", quoted(roll), func() error {
 		ch, err := s.conn.Channel()
 		if err != nil {
 			return lostOr(err)

@@ -369,6 +369,16 @@ const (
 	callRequest
 )
 
+// quoted is a name as guard gives it: quoted, or nothing if empty.
+type quoted string
+
+func (q quoted) String() string {
+	if q == "" {
+		return ""
+	}
+	return strconv.Quote(string(q))
+}
+
 // guard runs call, an amqp091 call that takes no ctx: a write (a publish)
 // or a request with its answer (a channel open, a declare). A broker that
 // stops reading a connection while keeping it alive (it blocked it during
@@ -382,8 +392,8 @@ const (
 // guard reports ctx's error. A request abandoned halfway cannot be taken
 // back on its channel anyway: amqp091 would pair its late answer with the
 // channel's next request. op and name say what call does, for the error
-// and the log ("publish to" and the queue).
-func (s *session) guard(ctx context.Context, kind callKind, op, name string, call func() error) error {
+// and the log ("publish to" and the queue); name is formatted only then.
+func (s *session) guard(ctx context.Context, kind callKind, op string, name fmt.Stringer, call func() error) error {
 	if ctx.Done() == nil {
 		return call()
 	}
@@ -415,7 +425,7 @@ func (s *session) guard(ctx context.Context, kind callKind, op, name string, cal
 			waited = time.Since(ended).Round(time.Millisecond)
 			if state.CompareAndSwap(running, gaveUp) {
 				s.log.Warn("rabbitmq: giving the connection up: a call still waits on the broker after its ctx ended",
-					"call", op, "name", name, "waited_after_ctx", waited)
+					"call", op, "name", name.String(), "waited_after_ctx", waited)
 				if s.socket != nil {
 					_ = s.socket.Close()
 				}
@@ -429,8 +439,8 @@ func (s *session) guard(ctx context.Context, kind callKind, op, name string, cal
 	}()
 	err := call()
 	if !state.CompareAndSwap(running, finished) {
-		if name != "" {
-			op += fmt.Sprintf(" %q", name)
+		if n := name.String(); n != "" {
+			op += " " + n
 		}
 		return fmt.Errorf("rabbitmq: %s: the broker neither took it nor answered %v after the caller's ctx ended; the connection is given up and dialed again: %w",
 			op, waited, ctx.Err())
@@ -480,7 +490,7 @@ func (s *session) publisher(ctx context.Context) (*publisher, error) {
 
 // openPublisher opens a confirm channel (guard).
 func (s *session) openPublisher(ctx context.Context) (p *publisher, err error) {
-	err = s.guard(ctx, callRequest, "open a publishing channel", "", func() error {
+	err = s.guard(ctx, callRequest, "open a publishing channel", quoted(""), func() error {
 		p, err = newPublisher(s)
 		return err
 	})
@@ -702,7 +712,7 @@ func (s *session) onDeclChRaw(ctx context.Context, what, name string, call func(
 		return err
 	}
 	defer func() { <-s.declSem }()
-	return s.guard(ctx, callRequest, what, name, func() error {
+	return s.guard(ctx, callRequest, what, quoted(name), func() error {
 		if s.declCh == nil || s.declCh.IsClosed() {
 			ch, err := s.conn.Channel()
 			if err != nil {

@@ -64,7 +64,7 @@ func (s *session) consume(ctx context.Context, slot *channelSlot, queue string, 
 func (s *session) consumeAll(ctx context.Context, slot *channelSlot, queues []string, prefetches []int, exclusive bool) ([]*consumer, error) {
 	var on consumeChannel
 	var cs []*consumer
-	err := s.guard(ctx, callRequest, "consume", queues[0], func() (err error) {
+	err := s.guard(ctx, callRequest, "consume", quoted(queues[0]), func() (err error) {
 		ch, err := s.conn.Channel()
 		if err != nil {
 			return err

@@ -179,7 +179,7 @@ func (p *publisher) send(ctx context.Context, to route, pub amqp.Publishing) (co
 		return nil, fmt.Errorf("publish to %s: %w", to, err)
 	}
 	var dc *amqp.DeferredConfirmation
-	err := p.s.guard(ctx, callWrite, "publish to", to.String(), func() (err error) {
+	err := p.s.guard(ctx, callWrite, "publish to", to, func() (err error) {
 		dc, err = p.ch.PublishWithDeferredConfirm(to.exchange, to.key, true, false, pub)
 		return err
 	})
@@ -273,17 +273,14 @@ func (r route) String() string {
 // publishing is msg on the wire (ARCHITECTURE.md §1, "Wire format"):
 // JSON, persistent, message id = job id, type = kind, priority, x-attempt
 // and x-deferrals headers, the due time (broker.HeaderDue) when set, plus
-// msg's own headers and extra.
+// msg's own headers and extra's (a dead letter's), which come last.
 func publishing(msg broker.Message, extra amqp.Table) amqp.Publishing {
-	headers := amqp.Table{
-		broker.HeaderAttempt:   msg.Attempt,
-		broker.HeaderDeferrals: msg.Deferrals,
-	}
+	headers := make(amqp.Table, len(msg.Headers)+3+len(extra))
 	for k, v := range msg.Headers {
-		if _, reserved := headers[k]; !reserved {
-			headers[k] = v
-		}
+		headers[k] = v
 	}
+	headers[broker.HeaderAttempt] = msg.Attempt
+	headers[broker.HeaderDeferrals] = msg.Deferrals
 	if !msg.DueAt.IsZero() {
 		headers[broker.HeaderDue] = strconv.FormatInt(msg.DueAt.UnixMilli(), 10)
 	}

@@ -44,8 +44,10 @@ const workCheckTimeout = 30 * time.Second
 
 // workCheckFor returns the check of spec's work queue that a hold asked
 // for now waits for, the next one to start, and a count to give
-// declaredSince once it is over. The hold that makes the check starts it,
-// on a goroutine of the backend's (Close waits for it).
+// declaredSince once it is over. The hold that finds no check under way
+// starts one, on a goroutine of the backend's (Close waits for it), which
+// goes on to the next check while holds keep asking for one: a goroutine
+// started for each check would grow a new stack each time.
 func (b *Backend) workCheckFor(spec broker.QueueSpec) (*workCheck, uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -60,20 +62,15 @@ func (b *Backend) workCheckFor(spec broker.QueueSpec) (*workCheck, uint64) {
 		wc = &workChecks{}
 		b.workChecks[spec.Name] = wc
 	}
-	var after *workCheck
 	switch {
 	case wc.next != nil: // starts after this call: join it
 		return wc.next, wc.declared
 	case wc.running != nil: // started before this call: the next one
-		wc.next, after = c, wc.running
-	default:
-		wc.running = c
+		wc.next = c
+		return c, wc.declared
 	}
-	b.runs.Add(1)
-	go func() {
-		defer b.runs.Done()
-		b.runWorkCheck(wc, c, after, spec)
-	}()
+	wc.running = c
+	b.runs.Go(func() { b.runWorkChecks(wc, c, spec) })
 	return c, wc.declared
 }
 
@@ -96,14 +93,19 @@ func (c *workCheck) wait(ctx context.Context, queue string) error {
 	}
 }
 
-// runWorkCheck runs c once the check before it (after, if any) is over.
-func (b *Backend) runWorkCheck(wc *workChecks, c, after *workCheck, spec broker.QueueSpec) {
-	if after != nil {
-		<-after.done
+// runWorkChecks runs c, then the check that holds asked for meanwhile,
+// if any, and so on until none is waiting.
+func (b *Backend) runWorkChecks(wc *workChecks, c *workCheck, spec broker.QueueSpec) {
+	for c != nil {
+		b.runWorkCheck(wc, c, spec)
 		b.mu.Lock()
-		wc.running, wc.next = c, nil
+		c, wc.running, wc.next = wc.next, wc.next, nil
 		b.mu.Unlock()
 	}
+}
+
+// runWorkCheck runs c and tells its holds how it went.
+func (b *Backend) runWorkCheck(wc *workChecks, c *workCheck, spec broker.QueueSpec) {
 	ctx, cancel := context.WithTimeout(b.runCtx, workCheckTimeout)
 	defer cancel()
 	declared, err := b.checkWorkQueue(ctx, spec)
@@ -111,9 +113,6 @@ func (b *Backend) runWorkCheck(wc *workChecks, c, after *workCheck, spec broker.
 	c.err = err
 	if declared {
 		wc.declared++
-	}
-	if wc.running == c {
-		wc.running = nil
 	}
 	b.mu.Unlock()
 	close(c.done)
