@@ -127,7 +127,7 @@ func stepJobID(chain string, step int) string {
 // with steps left, the publish of the next step (then the ack, as a copy
 // is settled: confirmed first, tried again on failure, and past its tries
 // the step is requeued, to run again rather than be skipped).
-func (w *Worker) succeeded(f jobFacts) settlement {
+func (w *Worker) succeeded(f *jobFacts) settlement {
 	s := settlement{action: actAck, out: Outcome{Result: Succeeded}}
 	c, ok := chainOf(f.env)
 	if !ok || len(c.Next) == 0 {

@@ -197,7 +197,7 @@ func (w *Worker) execute(ctx context.Context, t task, rd *readDelivery) settleme
 	}
 	env := rd.env
 	env.Queue = t.q.broker // republish where it came from, whatever the body says
-	f := jobFacts{log: jobLog{l: w.log, id: env.JobID, kind: env.JobType, queue: t.q.broker, attempt: env.Attempt}, env: env, jc: rd.jc}
+	f := &jobFacts{log: jobLog{l: w.log, id: env.JobID, kind: env.JobType, queue: t.q.broker, attempt: env.Attempt}, env: env, jc: rd.jc}
 	if c := w.cancels; c != nil {
 		j := c.watch(ctx, t.slot, env.JobID) // before the look: see cancelsActor
 		defer c.unwatch(t.slot, j)
@@ -223,7 +223,7 @@ func (w *Worker) execute(ctx context.Context, t task, rd *readDelivery) settleme
 
 // runHandler runs job's handler and decides, by the job's retry policy,
 // what its result makes of it.
-func (w *Worker) runHandler(ctx context.Context, t task, h handler, job decodedJob, f jobFacts) settlement {
+func (w *Worker) runHandler(ctx context.Context, t task, h handler, job decodedJob, f *jobFacts) settlement {
 	policy := w.retryPolicy(t.q, f.env.JobType, h, job)
 	f.jc.MaxAttempts = policy.maxAttempts()
 	if t.alone {
@@ -251,7 +251,7 @@ func (w *Worker) runHandler(ctx context.Context, t task, h handler, job decodedJ
 // unreadable dead-letters, verbatim, a body that is over the size limit or
 // is not an envelope.
 func (w *Worker) unreadable(q *queueConfig, rd *readDelivery) settlement {
-	f := jobFacts{log: jobLog{l: w.log, queue: q.broker}, jc: rd.jc}
+	f := &jobFacts{log: jobLog{l: w.log, queue: q.broker}, jc: rd.jc}
 	msg := rd.msg
 	msg.Queue = q.broker
 	msg.Headers = maps.Clone(msg.Headers) // the delivery's own are read-only

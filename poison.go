@@ -84,7 +84,7 @@ func (w *Worker) runSuspect(t task) suspectRan {
 // worker died: its count is raised, and at PoisonAfter it is dead-
 // lettered as poison (it most likely kills its worker); below, moved back
 // to the suspects queue.
-func (w *Worker) countRedelivery(f jobFacts, q *queueConfig, msg broker.Message, alone bool) settlement {
+func (w *Worker) countRedelivery(f *jobFacts, q *queueConfig, msg broker.Message, alone bool) settlement {
 	log := f.log
 	// Only the suspects queue's count is read: a job on the work queue
 	// has none (every republish there makes its headers afresh), so one

@@ -41,8 +41,7 @@ type settlement struct {
 	kind      holdKind         // actHold
 	pausing   bool             // actHold: a PauseQueue
 	waited    time.Duration    // actHold, OpUnhandled: how long the job has waited for a handler
-	env       broker.Envelope  // actHold: the job as delivered, should it go to the dead letters
-	jc        JobContext       // actHold: as its handler saw it, for the same
+	held      *heldJob         // actHold: the job, should it go to the dead letters
 	reason    string           // actDeadLetter
 	suspected bool             // actCopy: a job moved to the suspects queue, to run alone
 	event     *DeadLetterEvent // actDeadLetter: for OnDeadLetter, told once
@@ -64,6 +63,15 @@ type settlement struct {
 	stuck   bool           // a dead letter past republishTries, said once
 }
 
+// heldJob is a held job as it was delivered (env) and as its handler saw
+// it (jc): what its dead letter is made of, should the broker keep
+// refusing its hold (toDeadLetter). Out of settlement, which is copied
+// as it is returned, and made only for a hold.
+type heldJob struct {
+	env broker.Envelope
+	jc  JobContext
+}
+
 // jobFacts is what is known of a delivered job as it is settled: its
 // envelope, the JobContext its handler saw, and its log.
 type jobFacts struct {
@@ -74,7 +82,7 @@ type jobFacts struct {
 
 // decide is the table of ARCHITECTURE.md §1 ("What a handler's result
 // does"): what a handler's result makes of the job.
-func (w *Worker) decide(ctx context.Context, q *queueConfig, f jobFacts, policy RetryPolicy, err error) settlement {
+func (w *Worker) decide(ctx context.Context, q *queueConfig, f *jobFacts, policy RetryPolicy, err error) settlement {
 	if err != nil && ctx.Err() != nil {
 		return w.interrupted(ctx, f, err)
 	}
@@ -107,7 +115,7 @@ func (w *Worker) decide(ctx context.Context, q *queueConfig, f jobFacts, policy 
 
 // deferral holds the job for the delay its handler asked, at the queue's
 // top priority, or dead-letters it if no hold queue can give that delay.
-func (w *Worker) deferral(q *queueConfig, f jobFacts, def *DeferError, pausing bool) settlement {
+func (w *Worker) deferral(q *queueConfig, f *jobFacts, def *DeferError, pausing bool) settlement {
 	delay := max(def.Delay, 0) // a Retry-After already past (clocks differ): run again after one step
 	if _, err := broker.HoldTTL(delay, w.set.deferGranularity); err != nil {
 		err = fmt.Errorf("hold for %s: %w", holdDefer, err)
@@ -115,13 +123,13 @@ func (w *Worker) deferral(q *queueConfig, f jobFacts, def *DeferError, pausing b
 		return deadLetterOf(f, original(f.env), CauseInvalidDeferral, "invalid deferral: "+err.Error(), err)
 	}
 	next, _ := f.env.Deferred(q.maxPriority).Message() // cannot fail for an envelope that just decoded
-	return settlement{action: actHold, msg: next, op: OpDeferral, delay: delay, kind: holdDefer, pausing: pausing, env: f.env, jc: f.jc,
+	return settlement{action: actHold, msg: next, op: OpDeferral, delay: delay, kind: holdDefer, pausing: pausing, held: &heldJob{f.env, f.jc},
 		out: Outcome{Result: Deferred, Delay: delay, Reason: def.Reason}}
 }
 
 // retry holds the job's next attempt for its backoff, or dead-letters it
 // when its attempts are used up.
-func (w *Worker) retry(f jobFacts, policy RetryPolicy, err error) settlement {
+func (w *Worker) retry(f *jobFacts, policy RetryPolicy, err error) settlement {
 	jc := f.jc
 	delay, again := policy.DecideWith(jc.Attempt, w.jitter.retry)
 	if !again {
@@ -133,7 +141,7 @@ func (w *Worker) retry(f jobFacts, policy RetryPolicy, err error) settlement {
 	// to the retry granularity must not push past the limit.
 	delay = min(delay, broker.LongestHold(w.set.retryGranularity))
 	next, _ := f.env.NextAttempt().Message()
-	return settlement{action: actHold, msg: next, op: OpRetry, delay: delay, kind: holdRetry, env: f.env, jc: jc,
+	return settlement{action: actHold, msg: next, op: OpRetry, delay: delay, kind: holdRetry, held: &heldJob{f.env, jc},
 		out: Outcome{Result: Retried, Delay: delay, NextAttempt: jc.Attempt + 1}}
 }
 
@@ -153,7 +161,7 @@ const headerUnhandledSince = "x-queuey-unhandled-since-ms"
 // and deferrals as they were, at priority 0, to be offered again after
 // unknownKindInterval; dead-lettered once it has waited long enough, or
 // at once if the worker is to wait for none.
-func (w *Worker) unhandled(f jobFacts, delivered map[string]string) settlement {
+func (w *Worker) unhandled(f *jobFacts, delivered map[string]string) settlement {
 	reason := fmt.Sprintf("no handler for job type %q", f.env.JobType)
 	if w.unknownKindWait < 0 {
 		f.log.Error("no handler registered for the job's kind; dead-lettering")
@@ -176,7 +184,7 @@ func (w *Worker) unhandled(f jobFacts, delivered map[string]string) settlement {
 		msg.Headers = make(map[string]string, 1)
 	}
 	msg.Headers[headerUnhandledSince] = strconv.FormatInt(since.UnixMilli(), 10)
-	return settlement{action: actHold, msg: msg, op: OpUnhandled, delay: delay, kind: holdRetry, env: f.env, jc: f.jc, waited: waited,
+	return settlement{action: actHold, msg: msg, op: OpUnhandled, delay: delay, kind: holdRetry, held: &heldJob{f.env, f.jc}, waited: waited,
 		log: f.log, out: Outcome{Result: Unhandled, Delay: delay, Reason: reason}}
 }
 
@@ -201,7 +209,7 @@ func roundWait(d time.Duration) time.Duration {
 // interrupted settles a job whose handler was cancelled: by a stop that ran
 // out of time, or because its delivery was lost with its consumer. That is
 // not the job's fault: it goes back as it was.
-func (w *Worker) interrupted(ctx context.Context, f jobFacts, err error) settlement {
+func (w *Worker) interrupted(ctx context.Context, f *jobFacts, err error) settlement {
 	log := f.log
 	out := Outcome{Result: Requeued, Err: err}
 	if w.poisonAfter > 0 && errors.Is(context.Cause(ctx), errStopTimedOut) {
@@ -217,7 +225,7 @@ func (w *Worker) interrupted(ctx context.Context, f jobFacts, err error) settlem
 
 // deadLetterOf is the settlement that moves msg, f's job as it is to be
 // kept, to the dead letters.
-func deadLetterOf(f jobFacts, msg broker.Message, why DeadLetterCause, reason string, cause error) settlement {
+func deadLetterOf(f *jobFacts, msg broker.Message, why DeadLetterCause, reason string, cause error) settlement {
 	return settlement{action: actDeadLetter, msg: msg, reason: reason, log: f.log,
 		event: &DeadLetterEvent{Job: f.jc, Cause: why, Reason: reason, Err: cause},
 		out:   Outcome{Result: DeadLettered, Cause: why, Reason: reason, Err: cause}}

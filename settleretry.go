@@ -137,8 +137,8 @@ func (s *settlement) opName() string {
 // toDeadLetter turns a hold the broker keeps refusing into a dead letter of
 // the job as it was delivered, with reason.
 func (s *settlement) toDeadLetter(reason string) {
-	s.action, s.msg, s.reason = actDeadLetter, original(s.env), reason
-	s.event = &DeadLetterEvent{Job: s.jc, Cause: CauseHoldRefused, Reason: reason, Err: s.out.Err}
+	s.action, s.msg, s.reason = actDeadLetter, original(s.held.env), reason
+	s.event = &DeadLetterEvent{Job: s.held.jc, Cause: CauseHoldRefused, Reason: reason, Err: s.out.Err}
 	o := s.out
 	o.Result, o.Cause, o.Reason, o.Delay, o.NextAttempt, o.PausedUntil = DeadLettered, CauseHoldRefused, reason, 0, 0, time.Time{}
 	s.out = o
