@@ -79,7 +79,8 @@ func (w *Worker) perform(t task) queueMsg {
 	if t.alone {
 		return w.runSuspect(t)
 	}
-	s := w.process(t)
+	var s settlement // on this goroutine's stack, filled in place: it is large
+	w.process(t, &s)
 	if s.action == actAck || s.action == actRequeue {
 		w.settled(&s) // on this goroutine's stack: no allocation for most jobs
 		return taskSettled{run: t.run}
@@ -100,18 +101,18 @@ func waitPaused(ctx context.Context, paused chan struct{}) {
 	}
 }
 
-// process runs one delivery up to what is to become of it, telling the
-// Deliver hook.
-func (w *Worker) process(t task) settlement {
+// process runs one delivery up to what is to become of it, s, telling
+// the Deliver hook.
+func (w *Worker) process(t task, s *settlement) {
 	started := w.clock.Now()
-	rd := w.read(t, started)
+	var rd readDelivery
+	w.read(t, started, &rd)
 	ctx, hook := w.deliverHook(t.ctx, t.q, &rd, started)
-	s := w.execute(ctx, t, &rd)
+	*s = w.execute(ctx, t, &rd)
 	if s.msg.Headers == nil && s.action != actAck && s.action != actRequeue {
 		s.msg.Headers = carriedHeaders(rd.msg.Headers)
 	}
 	s.ctx, s.d, s.q, s.hook, s.inbox, s.run = ctx, t.d, t.q, hook, t.inbox, t.run
-	return s
 }
 
 // readDelivery is what was read of a delivery: its message, and its
@@ -124,15 +125,14 @@ type readDelivery struct {
 	err error // over the size limit, or not an envelope
 }
 
-// read reads t's delivery, started at started.
-func (w *Worker) read(t task, started time.Time) readDelivery {
-	rd := readDelivery{msg: t.d.Message()}
+// read reads t's delivery, started at started, into rd.
+func (w *Worker) read(t task, started time.Time, rd *readDelivery) {
+	rd.msg = t.d.Message()
 	if w.maxBytes >= 0 && len(rd.msg.Body) > w.maxBytes {
 		rd.err = &tooLargeError{size: len(rd.msg.Body), limit: w.maxBytes}
 	} else if rd.env, rd.err = broker.DecodeMessage(rd.msg); rd.err == nil {
 		rd.jc = w.jobContext(t.q, rd.env, t.d, started)
 	}
-	return rd
 }
 
 // deliverHook tells the Deliver hook about a delivery, which may change

@@ -67,7 +67,8 @@ func (w *Worker) runSuspect(t task) suspectRan {
 		}
 		c.Stop()
 		t.d, t.alone = d, true
-		s := w.process(t)
+		var s settlement
+		w.process(t, &s)
 		if r.retry = w.settle(&s); r.retry != nil {
 			r.retry.lease, keep = lease, true // the queue actor keeps it, and the consumer open
 		}
