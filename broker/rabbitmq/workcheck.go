@@ -156,6 +156,12 @@ func (s *session) existsOn(ctx context.Context, queues []string) error {
 		}
 		return ch.Qos(0, 0, false)
 	})
+	return s.existence(ctx, queues, err)
+}
+
+// existence is what err, the outcome of existsOn's declares and qos, says
+// of queues: nil when they exist.
+func (s *session) existence(ctx context.Context, queues []string, err error) error {
 	var amqpErr *amqp.Error
 	switch {
 	case errors.Is(err, amqp.ErrClosed):

@@ -2,9 +2,12 @@ package rabbitmq_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/rabbitmq"
@@ -48,6 +51,25 @@ func TestAHoldsCheckFindsAWorkQueueGoneAndTheNextCheckWorks(t *testing.T) {
 		if _, err := b.Depth(t.Context(), q); err != nil {
 			t.Fatalf("after hold %d, Depth of the work queue: %v; want it there", i, err)
 		}
+	}
+}
+
+// TestAChecksChannelClosedBeforeItsQosIsToldByAPassiveDeclare: when the
+// declaration channel is closed before a check's qos goes out (a
+// declare's 404, or the connection, overtook it), a passive declare with
+// its answer tells whether the queue is there.
+func TestAChecksChannelClosedBeforeItsQosIsToldByAPassiveDeclare(t *testing.T) {
+	t.Parallel()
+	b, q := dialWithWorkQueue(t, "checkclosed")
+	if err := rabbitmq.Existence(t.Context(), b, []string{q}, amqp.ErrClosed); err != nil {
+		t.Fatalf("work queue there, channel closed before the qos: %v; want nil", err)
+	}
+	if _, err := rawChannel(t).QueueDelete(q, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	err := rabbitmq.Existence(t.Context(), b, []string{q}, amqp.ErrClosed)
+	if !errors.Is(err, broker.ErrNoQueue) {
+		t.Fatalf("work queue gone, channel closed before the qos: %v; want ErrNoQueue", err)
 	}
 }
 
