@@ -186,13 +186,14 @@ func (b *Backend) Publish(ctx context.Context, msg broker.Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	m := published(msg) // made before the lock, which producers and consumers share
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return broker.ErrClosed
 	}
 	b.releaseDueLocked()
-	return b.publishLocked(msg)
+	return b.publishLocked(m)
 }
 
 // PublishBatch publishes msgs under one hold of the lock (see
@@ -216,26 +217,37 @@ func (b *Backend) publishAll(ctx context.Context, msgs []broker.Message) []error
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
+	ms := make([]*stored, len(msgs))
+	for i, msg := range msgs {
+		ms[i] = published(msg)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return fail(broker.ErrClosed)
 	}
 	b.releaseDueLocked()
-	for i, msg := range msgs {
-		errs[i] = b.publishLocked(msg)
+	for i, m := range ms {
+		errs[i] = b.publishLocked(m)
 	}
 	return errs
 }
 
-// publishLocked lands msg on its queue, or says it is unroutable.
-func (b *Backend) publishLocked(msg broker.Message) error {
+// published is msg as a publish stores it, made before the backend's lock
+// is taken: the allocation (a message and its first delivery) would
+// lengthen every hold of the lock.
+func published(msg broker.Message) *stored {
 	msg.FromHold = false
-	q, ok := b.queues[msg.Queue]
+	return &stored{msg: msg}
+}
+
+// publishLocked lands m on its queue, or says it is unroutable.
+func (b *Backend) publishLocked(m *stored) error {
+	q, ok := b.queues[m.msg.Queue]
 	if !ok {
-		return fmt.Errorf("%w: publish to %q", broker.ErrUnroutable, msg.Queue)
+		return fmt.Errorf("%w: publish to %q", broker.ErrUnroutable, m.msg.Queue)
 	}
-	b.landLocked(q, msg)
+	b.landLocked(q, m)
 	b.dispatchLocked(q)
 	return nil
 }
@@ -292,19 +304,19 @@ func (b *Backend) DeadLetter(ctx context.Context, dl broker.DeadLetter) error {
 	msg := dl.Message
 	msg.Headers = broker.DeadLetterHeaders(dl)
 	msg.FromHold = false
-	b.landLocked(q, msg)
+	b.landLocked(q, &stored{msg: msg})
 	b.dispatchLocked(q)
 	return nil
 }
 
-// landLocked puts msg on q behind everything of its level.
-func (b *Backend) landLocked(q *queue, msg broker.Message) {
+// landLocked puts s on q behind everything of its level.
+func (b *Backend) landLocked(q *queue, s *stored) {
 	b.seq++
-	s := &stored{msg: msg, seq: b.seq}
+	s.seq = b.seq
 	if ttl := q.spec.MessageTTL; ttl > 0 {
 		s.expires = b.clock.Now().Add(ttl).UnixNano()
 	}
-	lvl := q.level(msg.Priority)
+	lvl := q.level(s.msg.Priority)
 	q.levels[lvl] = append(q.levels[lvl], s)
 }
 
@@ -422,7 +434,7 @@ func (b *Backend) releaseDueLocked() {
 		h := heap.Pop(&b.held).(*held)
 		h.msg.FromHold = true
 		q := b.queues[h.msg.Queue]
-		b.landLocked(q, h.msg)
+		b.landLocked(q, &stored{msg: h.msg})
 		touched[q] = true
 	}
 	for q := range touched {
