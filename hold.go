@@ -92,14 +92,16 @@ func (h holder) holdQueue(queue string, ttl time.Duration) string {
 // are needed, up to its limit, and that live as long as its Run: a
 // goroutine started for each publish would grow a new stack to the depth
 // of a publish every time (6 % of the worker's CPU in bench scenario 8).
+// Each has a channel of its own, with room for one request, which the
+// actor sends on only while the goroutine is idle: the actor never waits.
 type holdActor struct {
 	holder
 	inbox     *actor.Actor[holdMsg]
 	limit     int                       // publishes in flight at most
-	inFlight  int                       // publishes started and not finished; the actor's
+	run       int                       // Runs so far; the actor's
+	started   []chan holdRequest        // this Run's publishing goroutines, by channel; the actor's
+	idle      []chan holdRequest        // those free for a publish; the actor's
 	waiting   []holdRequest             // requests beyond limit, oldest first; the actor's
-	started   int                       // publishing goroutines of this Run; the actor's
-	work      chan holdRequest          // to the publishing goroutines; made by each Run
 	publishes sync.WaitGroup            // the publishing goroutines; Run waits for them
 	publish   func(s *settlement) error // a settlement's publish and ack (Worker.publishAndAck)
 }
@@ -108,9 +110,12 @@ type holdActor struct {
 // publishFinished from one of its publishes' goroutines.
 type holdMsg interface{ holdMsg() }
 
-// publishFinished: a publish the hold actor started is over and answered;
-// its place is free.
-type publishFinished struct{}
+// publishFinished: a publish the hold actor started in its run is over
+// and answered; the publishing goroutine of channel by is free.
+type publishFinished struct {
+	run int
+	by  chan holdRequest
+}
 
 func (holdRequest) holdMsg()     {}
 func (publishFinished) holdMsg() {}
@@ -149,11 +154,20 @@ func newHoldActor(h holder, inFlight int, publish func(*settlement) error) *hold
 // for a place with errHoldStopped and waits for the publishes in flight to
 // be answered.
 func (a *holdActor) Run(ctx context.Context) error {
-	a.work, a.started = make(chan holdRequest, a.limit), 0
+	a.run++
 	defer a.publishes.Wait()
-	defer close(a.work)
+	defer a.endPublishing()
 	defer a.refuseWaiting()
 	return a.inbox.Run(ctx)
+}
+
+// endPublishing lets this Run's publishing goroutines end once they have
+// made the publish they hold, if any.
+func (a *holdActor) endPublishing() {
+	for _, c := range a.started {
+		close(c)
+	}
+	a.started, a.idle = nil, nil
 }
 
 // refuseWaiting answers every request still waiting for a place.
@@ -173,13 +187,14 @@ func (a *holdActor) Stop() { a.inbox.Stop() }
 func (a *holdActor) receive(ctx context.Context, m holdMsg) error {
 	switch m := m.(type) {
 	case holdRequest:
-		if a.inFlight == a.limit {
+		if !a.start(ctx, m) {
 			a.waiting = append(a.waiting, m)
-			return nil
 		}
-		a.start(ctx, m)
 	case publishFinished:
-		a.inFlight--
+		if m.run != a.run {
+			return nil // its goroutine ended with the Run before
+		}
+		a.idle = append(a.idle, m.by)
 		if len(a.waiting) > 0 {
 			next := a.waiting[0]
 			a.waiting[0] = holdRequest{}
@@ -191,29 +206,37 @@ func (a *holdActor) receive(ctx context.Context, m holdMsg) error {
 }
 
 // start hands req to a publishing goroutine that is free, starting one
-// if none is (there is room for req in work: at most limit are in
-// flight).
-func (a *holdActor) start(ctx context.Context, req holdRequest) {
-	a.inFlight++
-	if a.started < a.inFlight {
-		a.started++
-		a.publishes.Go(func() { a.publishAll(ctx, a.work) })
+// if none is and there are fewer than limit; false if there is no place.
+func (a *holdActor) start(ctx context.Context, req holdRequest) bool {
+	if n := len(a.idle); n > 0 {
+		c := a.idle[n-1]
+		a.idle = a.idle[:n-1]
+		c <- req // idle: its room is free
+		return true
 	}
-	a.work <- req
+	if len(a.started) == a.limit {
+		return false
+	}
+	c := make(chan holdRequest, 1)
+	a.started = append(a.started, c)
+	run := a.run
+	a.publishes.Go(func() { a.publishAll(ctx, run, c) })
+	c <- req
+	return true
 }
 
 // publishAll makes the publishes handed to it on work, one at a time, until
 // work is closed: it answers each asker, then tells the actor that its
 // place is free (unless the actor's Run has ended: then no place is
 // waited for).
-func (a *holdActor) publishAll(ctx context.Context, work <-chan holdRequest) {
+func (a *holdActor) publishAll(ctx context.Context, run int, work chan holdRequest) {
 	for req := range work {
 		if req.settle != nil {
 			a.answer(req, a.publish(req.settle))
 		} else {
 			a.answer(req, a.hold(req.ctx, req.msg, req.delay, req.kind))
 		}
-		_ = a.inbox.Send(ctx, publishFinished{})
+		_ = a.inbox.Send(ctx, publishFinished{run: run, by: work})
 	}
 }
 
