@@ -79,7 +79,7 @@ func (w *Worker) perform(t task) queueMsg {
 	if t.alone {
 		return w.runSuspect(t)
 	}
-	var s settlement // on this goroutine's stack, filled in place: it is large
+	var s settlement // filled in place: a settlement is large, and one returned is copied at each call
 	w.process(t, &s)
 	if s.action == actAck || s.action == actRequeue {
 		w.settled(&s) // on this goroutine's stack: no allocation for most jobs
