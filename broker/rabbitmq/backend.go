@@ -72,8 +72,7 @@ type Backend struct {
 	subMore      []*link
 	channelMax   uint16 // the broker's channel_max, from the first dial's handshake
 	declared     map[string]broker.QueueSpec
-	holdDeclared map[string]time.Time   // hold queue → when its last declare started
-	workChecks   map[string]*workChecks // work queue → its checks for Hold (workcheck.go)
+	holdDeclared map[string]time.Time // hold queue → when its last declare started
 }
 
 // node is one node of the broker, by its URL.
@@ -121,7 +120,6 @@ func DialCluster(ctx context.Context, urls []string, opts *Options) (*Backend, e
 		sub:          link{role: "consume", name: consumeLinkName(o.ConnectionName, 0), channelMax: o.consumeChannelMax, ready: make(chan struct{})},
 		declared:     map[string]broker.QueueSpec{},
 		holdDeclared: map[string]time.Time{},
-		workChecks:   map[string]*workChecks{},
 	}
 	safe := make([]string, len(urls))
 	for i, raw := range urls {
@@ -314,6 +312,12 @@ func (p *nackPause) wait(ctx context.Context) error {
 // broker has confirmed it: a declare grown older than ttl/2 meanwhile is
 // made again, which puts the queue's expiry 2×ttl past a time the message
 // was already in it.
+//
+// A work queue gone when a wait ends (deleted by an operator, not declared
+// again yet) drops what is released into it without a word. So the broker
+// takes a hold only once it has seen msg.Queue (and its lane) there, after
+// the hold was asked for (route.existing); a hold that finds the queue
+// gone declares it again, as the backend knows it, and is published again.
 func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duration) error {
 	if ttl <= 0 || ttl%time.Millisecond != 0 || ttl > broker.MaxHoldMs*time.Millisecond {
 		return fmt.Errorf("%w: hold ttl %v is not a whole number of milliseconds in (0, %dms]",
@@ -336,45 +340,62 @@ func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duratio
 	if err := b.declareHold(ctx, hold, spec, ttl); err != nil {
 		return err
 	}
-	check, declared := b.workCheckFor(spec) // beside the publish (workcheck.go)
-	if err := b.publishHeld(ctx, hold, spec, ttl, msg); err != nil {
-		return err
+	to := route{key: hold, existing: workQueues(spec)}
+	err := b.publishHeld(ctx, to, spec, ttl, msg)
+	if errors.Is(err, broker.ErrNoQueue) {
+		if err := b.declareWorkAgain(ctx, spec, err); err != nil {
+			return err
+		}
+		return b.publishHeld(ctx, to, spec, ttl, msg)
 	}
-	if err := check.wait(ctx, spec.Name); err != nil {
-		return err
+	return err
+}
+
+// workQueues are the queues a message held for spec's queue may be
+// released into: the queue, and its lane if it has one. Each must exist
+// when the broker takes the hold (route.existing): a queue gone when the
+// wait ends drops what is released into it without a word.
+func workQueues(spec broker.QueueSpec) []string {
+	if hasLane(spec) {
+		return []string{spec.Name, broker.LaneQueueName(spec.Name)}
 	}
-	if b.declaredSince(spec.Name, declared) {
-		// The work queue was gone when the message went out: it may have
-		// expired into nothing before the queue was back. Published again:
-		// a duplicate, if the first copy made it, never a loss.
-		return b.publishHeld(ctx, hold, spec, ttl, msg)
+	return []string{spec.Name}
+}
+
+// declareWorkAgain declares spec's queues again after a hold found its
+// work queue gone (gone, the broker's refusal).
+func (b *Backend) declareWorkAgain(ctx context.Context, spec broker.QueueSpec, gone error) error {
+	b.opts.Logger.Warn("rabbitmq: a job is held for a work queue that is gone; declaring it again", "queue", spec.Name, "error", gone)
+	if err := b.Declare(ctx, spec); err != nil {
+		return fmt.Errorf("rabbitmq: work queue %q is gone, and declaring it again failed: %w", spec.Name, err)
 	}
 	return nil
 }
 
-// publishHeld publishes msg into hold, declared for spec's queue and ttl,
-// and declares hold again after the confirm if the rule asks (see Hold).
-func (b *Backend) publishHeld(ctx context.Context, hold string, spec broker.QueueSpec, ttl time.Duration, msg broker.Message) error {
-	err := b.publish(ctx, toQueue(hold), publishing(msg, nil))
+// publishHeld publishes msg to hold, the hold queue declared for spec's
+// queue and ttl, and declares it again after the confirm if the rule asks
+// (see Hold).
+func (b *Backend) publishHeld(ctx context.Context, to route, spec broker.QueueSpec, ttl time.Duration, msg broker.Message) error {
+	err := b.publish(ctx, to, publishing(msg, nil))
 	if errors.Is(err, broker.ErrUnroutable) {
 		// The hold queue went away although it was declared recently
 		// (deleted by hand, or the broker restarted): declare it again
 		// at once rather than after the TTL/2 the rule allows.
 		b.mu.Lock()
-		delete(b.holdDeclared, hold)
+		delete(b.holdDeclared, to.key)
 		b.mu.Unlock()
-		if err = b.declareHold(ctx, hold, spec, ttl); err == nil {
-			err = b.publish(ctx, toQueue(hold), publishing(msg, nil))
+		if err = b.declareHold(ctx, to.key, spec, ttl); err == nil {
+			err = b.publish(ctx, to, publishing(msg, nil))
 		}
 	}
 	if err != nil {
 		return err
 	}
-	if err := b.declareHold(ctx, hold, spec, ttl); err != nil {
+	if err := b.declareHold(ctx, to.key, spec, ttl); err != nil {
 		// The message is in the queue, which may expire before its TTL
 		// ends: not known to be safe, so an error (publishing the job
 		// again risks a duplicate, never a loss).
-		return fmt.Errorf("hold queue %q: declaring it again after a late publish: %w", hold, err)
+		return fmt.Errorf("hold queue %q: declaring it again after a late publish: %w", to.key, err)
 	}
 	return nil
 }

@@ -1,9 +1,6 @@
 package rabbitmq
 
-import (
-	"context"
-	"time"
-)
+import "time"
 
 // SetAnswerCap sets answerCap for a test, before its backend is dialed,
 // and restores it when the test ends (after its backend is closed).
@@ -30,9 +27,3 @@ func Written(b *Backend) int64 {
 // own channel) on each, which spreads a few hundred queues over several
 // connections without changing the broker's settings.
 func SetConsumeChannelMax(o *Options, n uint16) { o.consumeChannelMax = n }
-
-// Existence is what the outcome err of a work check's declares and qos
-// says of queues, told on a session of b's (workcheck.go).
-func Existence(ctx context.Context, b *Backend, queues []string, err error) error {
-	return b.onSession(ctx, func(s *session) error { return s.existence(ctx, queues, err) })
-}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -27,6 +28,11 @@ type publisher struct {
 	dead      chan struct{} // closed when the channel is gone
 	closing   chan *amqp.Error
 	confirmed uint64 // confirms received; only the owner goroutine (own) touches it
+	// sending serializes a publish with the passive declares before it
+	// (route.existing): amqp091 sends a publish's frames under a lock of
+	// its channel, but a declare without it, which could come between them
+	// (a protocol error, which ends the connection).
+	sending sync.Mutex
 
 	mu       sync.Mutex
 	failed   error                      // why the channel is gone, once it is
@@ -124,7 +130,7 @@ func (p *publisher) failAll() {
 	select {
 	case e := <-p.closing:
 		if e != nil && e.Server && e.Recover {
-			err = fmt.Errorf("%w: %d %s", ErrRefused, e.Code, e.Reason)
+			err = refusal(e)
 			// Every confirm the broker sent before it closed the channel
 			// has been received: the rest of what was published is what
 			// was in flight.
@@ -141,6 +147,17 @@ func (p *publisher) failAll() {
 		delete(p.pending, tag)
 	}
 	p.failed = err
+}
+
+// refusal is what a channel error, e, says of the publishes in flight on
+// the channel it closed: ErrRefused, and broker.ErrNoQueue (or
+// broker.ErrUnavailable, for a queue whose node is down) when a queue
+// that a publish needed was not there (route.existing).
+func refusal(e *amqp.Error) error {
+	if e.Code == amqp.NotFound && (strings.HasPrefix(e.Reason, "NOT_FOUND - no queue") || strings.Contains(e.Reason, "is down or inaccessible")) {
+		return fmt.Errorf("%w: %w: %d %s", ErrRefused, notFound(e), e.Code, e.Reason)
+	}
+	return fmt.Errorf("%w: %d %s", ErrRefused, e.Code, e.Reason)
 }
 
 func (p *publisher) isDead() bool {
@@ -180,6 +197,13 @@ func (p *publisher) send(ctx context.Context, to route, pub amqp.Publishing) (co
 	}
 	var dc *amqp.DeferredConfirmation
 	err := p.s.guard(ctx, callWrite, "publish to", to, func() (err error) {
+		p.sending.Lock()
+		defer p.sending.Unlock()
+		for _, q := range to.existing {
+			if _, err := p.ch.QueueDeclarePassive(q, false, false, false, true, nil); err != nil {
+				return err
+			}
+		}
 		dc, err = p.ch.PublishWithDeferredConfirm(to.exchange, to.key, true, false, pub)
 		return err
 	})
@@ -256,8 +280,20 @@ func (p *publisher) wait(ctx context.Context, to route, confirmed <-chan error) 
 }
 
 // route is where a publish goes: a queue, through the default exchange
-// (toQueue), or an exchange with a routing key (the delay levels).
-type route struct{ exchange, key string }
+// (toQueue), or an exchange with a routing key (the delay levels); and
+// the queues that must exist when the broker takes the publish (a hold's
+// work queues). Each of those is declared passively, without an answer,
+// on the publish's channel just before it: the broker takes a channel's
+// frames in order, so a publish it confirms was taken after they were
+// seen to be there, at the cost of a frame and no round trip; one that is
+// gone closes the channel (404) before the publish is taken, and the
+// publish fails with broker.ErrNoQueue (refusal). A passive declare
+// without an answer looks the queue up; it does not ask the queue for its
+// counts, which a busy queue answers in its turn.
+type route struct {
+	exchange, key string
+	existing      []string
+}
 
 // toQueue routes to queue through the default exchange.
 func toQueue(queue string) route { return route{key: queue} }

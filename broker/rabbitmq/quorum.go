@@ -152,37 +152,29 @@ func (s *session) bindQueue(ctx context.Context, queue, key, exchange string) er
 
 // holdInLevels publishes msg into the delay levels, to land on its queue
 // (or lane) once ttl, rounded up to whole seconds, has passed. The work
-// queue is checked beside the publish as Hold does; delay levels deleted
-// behind the backend's back are declared again, and the publish made
-// again.
+// queues must exist when the broker takes the publish, as in Hold; delay
+// levels or work queues deleted behind the backend's back are declared
+// again, and the publish made again.
 func (b *Backend) holdInLevels(ctx context.Context, msg broker.Message, spec broker.QueueSpec, ttl time.Duration) error {
 	secs := int64(broker.LevelsTTL(ttl) / time.Second)
-	to := route{exchange: broker.DelayLevelName(broker.DelayLevels - 1), key: broker.DelayRoutingKey(secs, landsOn(spec, msg))}
-	check, declared := b.workCheckFor(spec)
-	publish := func() error {
-		err := b.publish(ctx, to, publishing(msg, nil))
-		if !errors.Is(err, broker.ErrUnroutable) && !errors.Is(err, ErrRefused) {
-			return err
-		}
-		b.opts.Logger.Warn("rabbitmq: the delay levels are gone; declaring them again", "queue", spec.Name, "error", err)
-		if s, serr := b.session(ctx); serr == nil {
-			s.delaysDeclared.Store(false)
-		}
-		if derr := b.Declare(ctx, spec); derr != nil {
-			return fmt.Errorf("%w; declaring the delay levels again failed: %w", err, derr)
-		}
-		return b.publish(ctx, to, publishing(msg, nil))
+	to := route{
+		exchange: broker.DelayLevelName(broker.DelayLevels - 1),
+		key:      broker.DelayRoutingKey(secs, landsOn(spec, msg)),
+		existing: workQueues(spec),
 	}
-	if err := publish(); err != nil {
+	err := b.publish(ctx, to, publishing(msg, nil))
+	gone := errors.Is(err, broker.ErrUnroutable) || errors.Is(err, ErrRefused)
+	if !gone || errors.Is(err, broker.ErrUnavailable) {
 		return err
 	}
-	if err := check.wait(ctx, spec.Name); err != nil {
-		return err
+	b.opts.Logger.Warn("rabbitmq: the delay levels or the work queue are gone; declaring them again", "queue", spec.Name, "error", err)
+	if s, serr := b.session(ctx); serr == nil {
+		s.delaysDeclared.Store(false)
 	}
-	if b.declaredSince(spec.Name, declared) {
-		return publish() // as in Hold: a duplicate, maybe, never a loss
+	if derr := b.Declare(ctx, spec); derr != nil {
+		return fmt.Errorf("%w; declaring the delay levels again failed: %w", err, derr)
 	}
-	return nil
+	return b.publish(ctx, to, publishing(msg, nil))
 }
 
 // depthOf counts what is ready on spec's queue and, if it has one, its

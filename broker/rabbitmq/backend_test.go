@@ -1,0 +1,209 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/broker/rabbitmq"
+	"github.com/queuey-go/queuey/broker/rabbitmq/rabbittest"
+)
+
+// TestAHoldsCheckDoesNotWaitForABusyWorkQueue: the check that a hold's
+// work queue exists looks the queue up; it does not ask the queue for its
+// counts, which a queue answers in its turn, behind the deliveries and
+// acks it is busy with. Here the work queue's process is suspended and
+// answers nothing: the hold is done all the same. (A check that asked for
+// the counts waited for good, and the hold failed at its ctx's end.)
+func TestAHoldsCheckDoesNotWaitForABusyWorkQueue(t *testing.T) {
+	t.Parallel()
+	b, q := dialWithWorkQueue(t, "checkbusy")
+	suspendQueue(t, q)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := b.Hold(ctx, broker.Message{Queue: q, ID: "1", Body: []byte("{}")}, time.Minute); err != nil {
+		t.Fatalf("Hold while its work queue answers nothing: %v; want it held", err)
+	}
+}
+
+// TestAHoldsCheckFindsAWorkQueueGoneAndTheNextCheckWorks: a hold that
+// finds its work queue gone (which closes the channel it was published
+// on) has it declared again, and the holds after it work on a channel of
+// their own.
+func TestAHoldsCheckFindsAWorkQueueGoneAndTheNextCheckWorks(t *testing.T) {
+	t.Parallel()
+	b, q := dialWithWorkQueue(t, "checkgone")
+	for i := range 3 {
+		if i == 1 {
+			if _, err := rawChannel(t).QueueDelete(q, false, false, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		msg := broker.Message{Queue: q, ID: fmt.Sprint(i), Body: []byte("{}")}
+		if err := b.Hold(t.Context(), msg, time.Minute); err != nil {
+			t.Fatalf("hold %d: %v", i, err)
+		}
+		if _, err := b.Depth(t.Context(), q); err != nil {
+			t.Fatalf("after hold %d, Depth of the work queue: %v; want it there", i, err)
+		}
+	}
+}
+
+// TestAHoldForAWorkQueueGoneIsTakenOnce: a hold asked for while its work
+// queue is gone is not taken by the broker until the queue is back, so it
+// is in the hold queue once, not twice (once when it went out, once again
+// because the queue was gone then).
+func TestAHoldForAWorkQueueGoneIsTakenOnce(t *testing.T) {
+	t.Parallel()
+	b, q := dialWithWorkQueue(t, "holdonce")
+	raw := rawChannel(t)
+	if _, err := raw.QueueDelete(q, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	msg := broker.Message{Queue: q, ID: "1", Body: []byte("{}")}
+	if err := b.Hold(t.Context(), msg, time.Minute); err != nil {
+		t.Fatalf("Hold with its work queue gone: %v; want it held", err)
+	}
+	if _, err := b.Depth(t.Context(), q); err != nil {
+		t.Fatalf("Depth of the work queue after the hold: %v; want it declared again", err)
+	}
+	held, err := raw.QueueDeclarePassive(broker.HoldQueueName(q, time.Minute), false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held.Messages != 1 {
+		t.Fatalf("the hold queue has %d messages; want the one hold, once", held.Messages)
+	}
+}
+
+// TestConcurrentHoldsShareChannelsWithoutLosingTheConnection: each hold
+// sends a passive declare of its work queue just before its publish, on
+// the same channel, which others publish on at the same time: a declare
+// that came between the frames of another's publish would be a protocol
+// error, which ends the connection.
+func TestConcurrentHoldsShareChannelsWithoutLosingTheConnection(t *testing.T) {
+	t.Parallel()
+	var lost atomic.Int64
+	opts := rabbitmq.Options{PublishChannels: 2, Logger: slog.New(countingHandler{text: "connection lost", n: &lost})}
+	b := rabbittest.Dial(t, &opts)
+	t.Cleanup(func() { _ = b.Close() })
+	q := unique("holdsshare") + ".work"
+	t.Cleanup(func() { rabbittest.DeleteQueues(t, q, broker.DeadQueueName(q), broker.HoldQueueName(q, time.Minute)) })
+	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	var g errgroup.Group
+	for w := range 8 {
+		g.Go(func() error {
+			for i := range 150 {
+				msg := broker.Message{Queue: q, ID: fmt.Sprint(w, "-", i), Body: []byte(`{"pad":"` + strings.Repeat("p", 8<<10) + `"}`)}
+				if err := b.Hold(t.Context(), msg, time.Minute); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if n := lost.Load(); n != 0 {
+		t.Errorf("the connection was lost %d times during 1,200 holds; want 0", n)
+	}
+}
+
+// TestHoldsBesideAWorkQueueGoneAreAllHeld: holds for two work queues share
+// the backend's publishing channels; one queue is deleted while they are
+// in flight. The hold that finds it gone closes its channel, and what was
+// in flight on it with it, though for the other queue, is published
+// again: every hold is done and every job is in its hold queue (some,
+// maybe, twice).
+func TestHoldsBesideAWorkQueueGoneAreAllHeld(t *testing.T) {
+	t.Parallel()
+	prefix := unique("holdsbeside")
+	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	b := rabbittest.Dial(t, &rabbitmqOptionsFewChannels)
+	t.Cleanup(func() { _ = b.Close() })
+	queues := []string{prefix + ".stays", prefix + ".goes"}
+	for _, q := range queues {
+		if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const perQueue, goroutines = 100, 8
+	halfway := make(chan struct{})
+	var done atomic.Int32
+	var g errgroup.Group
+	for w := range goroutines {
+		g.Go(func() error {
+			for i := w; i < 2*perQueue; i += goroutines {
+				msg := broker.Message{Queue: queues[i%2], ID: fmt.Sprint(i), Body: []byte("{}")}
+				if err := b.Hold(t.Context(), msg, time.Minute); err != nil {
+					return fmt.Errorf("hold %d for %s: %w", i, msg.Queue, err)
+				}
+				if done.Add(1) == perQueue/2 {
+					close(halfway)
+				}
+			}
+			return nil
+		})
+	}
+	held := make(chan error, 1)
+	go func() { held <- g.Wait() }()
+	select {
+	case <-halfway:
+	case err := <-held:
+		t.Fatalf("the holds ended before half of them were done: %v", err)
+	}
+	if _, err := rawChannel(t).QueueDelete(queues[1], false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	raw := rawChannel(t)
+	for _, q := range queues {
+		hq, err := raw.QueueDeclarePassive(broker.HoldQueueName(q, time.Minute), false, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hq.Messages < perQueue {
+			t.Errorf("the hold queue of %s has %d messages; want the %d held", q, hq.Messages, perQueue)
+		}
+		if _, err := b.Depth(t.Context(), q); err != nil {
+			t.Errorf("Depth of %s after the holds: %v; want it there", q, err)
+		}
+	}
+}
+
+// dialWithWorkQueue dials a backend and declares a durable work queue
+// with priorities through it, under a prefix of name's that the test's
+// end deletes.
+func dialWithWorkQueue(t *testing.T, name string) (*rabbitmq.Backend, string) {
+	t.Helper()
+	prefix := unique(name)
+	t.Cleanup(func() { deletePrefixed(t, prefix) })
+	b := rabbittest.Dial(t, nil)
+	t.Cleanup(func() { _ = b.Close() })
+	q := prefix + ".work"
+	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	return b, q
+}
+
+// suspendQueue suspends the broker's process of queue (on the default
+// vhost) until the test ends: it takes no message and answers no call.
+func suspendQueue(t *testing.T, queue string) {
+	t.Helper()
+	pid := fmt.Sprintf(`{ok, Q} = rabbit_amqqueue:lookup(rabbit_misc:r(<<"/">>, queue, <<%q>>)), P = amqqueue:get_pid(Q)`, queue)
+	rabbitmqctl(t, "eval", pid+", sys:suspend(P).")
+	t.Cleanup(func() { rabbitmqctl(t, "eval", pid+", sys:resume(P).") })
+}
