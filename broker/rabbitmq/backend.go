@@ -68,11 +68,11 @@ type Backend struct {
 	// broker alarm that blocks the publishing connection leaves the
 	// consumers free to ack (RabbitMQ blocks a whole connection, acks
 	// included, once it publishes during an alarm).
-	pub, sub     link
-	subMore      []*link
-	channelMax   uint16 // the broker's channel_max, from the first dial's handshake
-	declared     map[string]broker.QueueSpec
-	holdDeclared map[string]time.Time // hold queue → when its last declare started
+	pub, sub   link
+	subMore    []*link
+	channelMax uint16 // the broker's channel_max, from the first dial's handshake
+	declared   map[string]broker.QueueSpec
+	holdLeases holdLeases // the hold queues declared, and when (holdleases.go)
 }
 
 // node is one node of the broker, by its URL.
@@ -115,11 +115,11 @@ func DialCluster(ctx context.Context, urls []string, opts *Options) (*Backend, e
 	}
 	o := opts.withDefaults()
 	b := &Backend{
-		opts:         o,
-		pub:          link{role: "publish", name: o.ConnectionName, ready: make(chan struct{})},
-		sub:          link{role: "consume", name: consumeLinkName(o.ConnectionName, 0), channelMax: o.consumeChannelMax, ready: make(chan struct{})},
-		declared:     map[string]broker.QueueSpec{},
-		holdDeclared: map[string]time.Time{},
+		opts:       o,
+		pub:        link{role: "publish", name: o.ConnectionName, ready: make(chan struct{})},
+		sub:        link{role: "consume", name: consumeLinkName(o.ConnectionName, 0), channelMax: o.consumeChannelMax, ready: make(chan struct{})},
+		declared:   map[string]broker.QueueSpec{},
+		holdLeases: newHoldLeases(),
 	}
 	safe := make([]string, len(urls))
 	for i, raw := range urls {
@@ -382,7 +382,7 @@ func (b *Backend) publishHeld(ctx context.Context, to route, spec broker.QueueSp
 		// (deleted by hand, or the broker restarted): declare it again
 		// at once rather than after the TTL/2 the rule allows.
 		b.mu.Lock()
-		delete(b.holdDeclared, to.key)
+		b.holdLeases.forget(to.key)
 		b.mu.Unlock()
 		if err = b.declareHold(ctx, to.key, spec, ttl); err == nil {
 			err = b.publish(ctx, to, publishing(msg, nil))
@@ -400,12 +400,14 @@ func (b *Backend) publishHeld(ctx context.Context, to route, spec broker.QueueSp
 	return nil
 }
 
+// declareHold declares hold, the hold queue of spec's queue for ttl,
+// unless its lease is fresh (holdleases.go), and renews the lease.
 func (b *Backend) declareHold(ctx context.Context, hold string, spec broker.QueueSpec, ttl time.Duration) error {
 	now := b.opts.Clock.Now()
 	b.mu.Lock()
-	last, seen := b.holdDeclared[hold]
+	fresh := b.holdLeases.fresh(hold, ttl, now)
 	b.mu.Unlock()
-	if seen && now.Sub(last) < ttl/2 {
+	if fresh {
 		return nil
 	}
 	for {
@@ -421,7 +423,7 @@ func (b *Backend) declareHold(ctx context.Context, hold string, spec broker.Queu
 			return err
 		}
 		b.mu.Lock()
-		b.holdDeclared[hold] = now
+		b.holdLeases.declared(hold, ttl, now)
 		b.mu.Unlock()
 		return nil
 	}

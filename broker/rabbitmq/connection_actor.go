@@ -217,7 +217,7 @@ func (b *Backend) publishSession(l *link, s *session) (specs []broker.QueueSpec,
 		for _, spec := range b.declared {
 			specs = append(specs, spec)
 		}
-		clear(b.holdDeclared)
+		b.holdLeases.reset()
 	}
 	return specs, true
 }
