@@ -46,7 +46,8 @@ func runQueuey(cfg benchConfig) (float64, error) {
 	defer be.Close()
 	prefix := unique("queuey")
 	queue := broker.QueueName(prefix, "work")
-	defer deleteQueues(cfg.amqpURL, queue, broker.DeadQueueName(queue))
+	defer deleteQueues(cfg.amqpURL, queue, broker.DeadQueueName(queue),
+		broker.CancelLedgerName(prefix), broker.CancelFollowersName(prefix)) // the worker's ledger of cancellations
 	set := queuey.QueueSet{Prefix: prefix, Queues: []queuey.Queue{{Name: "work", Prefetch: cfg.concurrency}}}
 	producer, err := queuey.NewProducer(ctx, be, set, &queuey.ProducerConfig{Logger: discard})
 	if err != nil {
