@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"runtime"
 	"runtime/debug"
@@ -82,7 +83,7 @@ func (w *Worker) perform(t task) queueMsg {
 	var s settlement // filled in place: a settlement is large, and one returned is copied at each call
 	w.process(t, &s)
 	if s.action == actAck || s.action == actRequeue {
-		w.settled(&s) // on this goroutine's stack: no allocation for most jobs
+		w.settler.settled(&s) // on this goroutine's stack: no allocation for most jobs
 		return taskSettled{run: t.run}
 	}
 	m := taskToSettle{run: t.run, s: s.kept()}
@@ -163,11 +164,11 @@ type deliveryHook struct {
 }
 
 // call calls the Deliver hook and returns the ctx the job runs with: ctx
-// itself when the hook returns none or panics (guardHook), with any value,
+// itself when the hook returns none or panics (hookCaller.guard), with any value,
 // nil too (recovered as nil under GODEBUG=panicnil=1).
 func (h *deliveryHook) call(ctx context.Context) (hookCtx context.Context) {
 	hookCtx = ctx
-	defer h.w.recoverHook("Deliver")
+	defer h.w.hookCalls.recover("Deliver")
 	c, finish := h.w.hooks.Deliver(ctx, &h.info)
 	h.finish = finish
 	if c != nil {
@@ -183,7 +184,7 @@ func (h *deliveryHook) outcome(out Outcome) {
 	if finish == nil {
 		return
 	}
-	defer h.w.recoverHook("Deliver's outcome func")
+	defer h.w.hookCalls.recover("Deliver's outcome func")
 	finish(out)
 }
 
@@ -355,31 +356,41 @@ func panicked(r any, returned bool, err error) error {
 	return &panicError{value: r, stack: debug.Stack()}
 }
 
-// guardHook calls a hook, turning a panic in it into an error log: a bug in
-// instrumentation must not take the worker down with every delivery in
-// flight. The job goes on as if the hook were not there.
-func (w *Worker) guardHook(which string, call func()) {
-	defer w.recoverHook(which)
+// hookCaller calls the worker's hooks for its handler goroutines, its
+// settler and its scheduler, each call guarded: a panic in a hook is an
+// error log, for a bug in instrumentation must not take the worker down
+// with every delivery in flight. The job goes on as if the hook were not
+// there.
+type hookCaller struct {
+	hooks   *Hooks
+	backend string // the backend's name, for the Publish hook
+	set     *queueSet
+	log     *slog.Logger
+}
+
+// guard calls a hook (call), recovering from its panic.
+func (h hookCaller) guard(which string, call func()) {
+	defer h.recover(which)
 	call()
 }
 
-// recoverHook, deferred, logs a hook's panic, so that the worker goes on
-// without the hook (guardHook).
-func (w *Worker) recoverHook(which string) {
+// recover, deferred, logs a hook's panic, so that the worker goes on
+// without the hook (guard).
+func (h hookCaller) recover(which string) {
 	if r := recover(); r != nil {
-		w.log.Error("hook panicked; going on without it", "hook", which, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		h.log.Error("hook panicked; going on without it", "hook", which, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 	}
 }
 
-// publishHook tells the publish hook about a republish of the worker's
-// (guardHook): it returns what to call with the result.
-func (w *Worker) publishHook(ctx context.Context, msg *broker.Message, intent publishIntent) func(error) {
-	if w.hooks == nil || w.hooks.Publish == nil {
+// publish tells the Publish hook about a publish of the worker's (guard):
+// it returns what to call with the result.
+func (h hookCaller) publish(ctx context.Context, msg *broker.Message, intent publishIntent) func(error) {
+	if h.hooks == nil || h.hooks.Publish == nil {
 		return func(error) {}
 	}
 	done := func(error) {}
-	w.guardHook("Publish", func() { done = w.hooks.beforePublish(ctx, w.backend.Name(), w.set, msg, intent) })
-	return func(err error) { w.guardHook("Publish's result func", func() { done(err) }) }
+	h.guard("Publish", func() { done = h.hooks.beforePublish(ctx, h.backend, h.set, msg, intent) })
+	return func(err error) { h.guard("Publish's result func", func() { done(err) }) }
 }
 
 // tooLargeError: a body over WorkerConfig.MaxMessageBytes, not read.

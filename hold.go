@@ -103,7 +103,7 @@ type holdActor struct {
 	idle      []chan holdRequest        // those free for a publish; the actor's
 	waiting   []holdRequest             // requests beyond limit, oldest first; the actor's
 	publishes sync.WaitGroup            // the publishing goroutines; Run waits for them
-	publish   func(s *settlement) error // a settlement's publish and ack (Worker.publishAndAck)
+	publish   func(s *settlement) error // a settlement's publish and ack (settler.publishAndAck)
 }
 
 // holdMsg is a message to the hold actor: a holdRequest, or a

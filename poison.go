@@ -69,7 +69,7 @@ func (w *Worker) runSuspect(t task) suspectRan {
 		t.d, t.alone = d, true
 		var s settlement
 		w.process(t, &s)
-		if r.retry = w.settle(&s); r.retry != nil {
+		if r.retry = w.settler.settle(&s); r.retry != nil {
 			r.retry.lease, keep = lease, true // the queue actor keeps it, and the consumer open
 		}
 		r.found = true
@@ -135,16 +135,16 @@ func (w *Worker) setAside(ctx context.Context, q *queueConfig, d broker.Delivery
 	again := msg
 	again.Queue = q.broker
 	again.Headers = maps.Clone(msg.Headers)
-	done := w.publishHook(ctx, &again, publishIntent{op: OpRedelivery})
+	done := w.hookCalls.publish(ctx, &again, publishIntent{op: OpRedelivery})
 	err := w.backend.Publish(ctx, again)
 	done(err)
 	if err != nil {
-		w.settleFailed(log, slog.LevelError, "set aside", err)
+		w.settler.settleFailed(log, slog.LevelError, "set aside", err)
 		requeue(d, log)
 		return err
 	}
 	if err := d.Ack(context.Background()); err != nil {
-		w.settleFailed(log, slog.LevelError, "ack", err)
+		w.settler.settleFailed(log, slog.LevelError, "ack", err)
 		return err
 	}
 	return nil

@@ -182,7 +182,7 @@ func (l *queueLoop) dropStale() {
 		if s.lease == l.lease { // lost with the consumer: the broker has it back
 			s.finishAs(Requeued)
 		} else { // a consumer retired alive, which may well be lost too
-			l.w.giveUpSettling(s)
+			l.w.settler.giveUpSettling(s)
 		}
 	}
 	l.takeMailbox()

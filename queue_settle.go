@@ -17,7 +17,7 @@ func (l *queueLoop) ranToSettle(m taskToSettle) {
 		s.pausing = false
 	}
 	if s.pausing {
-		l.pause(l.w.pauseOn(s))
+		l.pause(l.w.settler.pauseOn(s))
 	}
 	if m.paused != nil {
 		close(m.paused)
@@ -57,7 +57,7 @@ func (l *queueLoop) published(s *settlement, err error) {
 // published as the dead letter it now is (both report true: not over), or
 // given back to the broker unsettled (false: over).
 func (l *queueLoop) failedPublish(s *settlement, err error) (pending bool) {
-	switch l.w.failedTry(s, err) {
+	switch l.w.settler.failedTry(s, err) {
 	case tryAgain:
 		l.keepRetry(s)
 		return true
@@ -65,7 +65,7 @@ func (l *queueLoop) failedPublish(s *settlement, err error) (pending bool) {
 		l.settle(s)
 		return true
 	}
-	l.w.settled(s) // nowRequeue: s now gives the delivery back
+	l.w.settler.settled(s) // nowRequeue: s now gives the delivery back
 	return false
 }
 
@@ -87,10 +87,10 @@ func (l *queueLoop) settledOne(s *settlement) {
 // its own consumer, which is leased open until then.
 func (l *queueLoop) keepRetry(s *settlement) {
 	if l.phase == phaseStopping {
-		l.w.giveUpSettling(s)
+		l.w.settler.giveUpSettling(s)
 		return
 	}
-	s.due = l.w.clock.Now().Add(l.w.republishBackoff(s.tries))
+	s.due = l.w.clock.Now().Add(l.w.settler.republishBackoff(s.tries))
 	if !s.leased {
 		if s.lease == nil {
 			s.lease = l.lease

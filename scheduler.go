@@ -423,7 +423,7 @@ func (l *scheduleLoop) enqueue(ctx context.Context, tick time.Time) error {
 	if err != nil {
 		return err
 	}
-	done := l.a.w.publishHook(ctx, &msg, publishIntent{op: OpSchedule})
+	done := l.a.w.hookCalls.publish(ctx, &msg, publishIntent{op: OpSchedule})
 	err = l.a.w.backend.Publish(ctx, msg)
 	done(err)
 	if err != nil {

@@ -30,10 +30,10 @@ const (
 // try after a backoff (the handler does not run again), or, past
 // republishTries, the dead letters for a hold, the queue for a copy. A
 // dead letter is tried for as long as the worker runs.
-func (w *Worker) failedTry(s *settlement, err error) afterFailure {
+func (st *settler) failedTry(s *settlement, err error) afterFailure {
 	s.tries++
 	s.lastErr = err
-	w.settleFailed(s.log, slog.LevelWarn, s.opName(), err)
+	st.settleFailed(s.log, slog.LevelWarn, s.opName(), err)
 	if s.tries < republishTries {
 		return tryAgain
 	}
@@ -44,7 +44,7 @@ func (w *Worker) failedTry(s *settlement, err error) afterFailure {
 		return nowDeadLetter
 	case actCopy:
 		s.log.Error("could not publish the job again; requeueing it", "tries", s.tries, "error", err)
-		w.givenBack.add(s.d.Message().ID) // it comes back redelivered: no crash to count
+		st.givenBack.add(s.d.Message().ID) // it comes back redelivered: no crash to count
 		s.action, s.suspected = actRequeue, false
 		return nowRequeue
 	}
@@ -68,21 +68,21 @@ func (s *settlement) kept() *settlement {
 // RepublishDelay doubled at each try, capped at maxRepublishDelay, and
 // jittered to between half of that and all of it, so that a fleet whose
 // publishes failed together does not try again together.
-func (w *Worker) republishBackoff(tries int) time.Duration {
-	d := w.republishDelay
+func (st *settler) republishBackoff(tries int) time.Duration {
+	d := st.republishDelay
 	for i := 1; i < tries && d < maxRepublishDelay; i++ {
 		d *= 2
 	}
 	d = min(d, maxRepublishDelay)
-	return d/2 + time.Duration(w.jitter.republish.Int64N(int64(d/2+1)))
+	return d/2 + time.Duration(st.republishJitter.Int64N(int64(d/2+1)))
 }
 
 // giveUpSettling returns s's delivery to the broker unsettled: the worker
 // is stopping. With PoisonAfter, it is remembered as given back, so that
 // its redelivery is not counted as a crash.
-func (w *Worker) giveUpSettling(s *settlement) {
-	if w.poisonAfter > 0 {
-		w.givenBack.add(s.d.Message().ID)
+func (st *settler) giveUpSettling(s *settlement) {
+	if st.poisonAfter > 0 {
+		st.givenBack.add(s.d.Message().ID)
 	}
 	requeue(s.d, s.log)
 	s.finishAs(Requeued)

@@ -19,7 +19,7 @@ func (l *queueLoop) stop() error {
 	giveBackTasks(l.pool)
 	l.giveBack(l.takeMailbox()...)
 	for _, s := range l.retries {
-		l.w.giveUpSettling(s)
+		l.w.settler.giveUpSettling(s)
 	}
 	l.retries = nil
 	l.waitOut()

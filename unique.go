@@ -181,7 +181,7 @@ const releaseTimeout = 10 * time.Second
 // releaseKey lets the uniqueness key of s's job go, if it has one: s's
 // delivery was acked after a success, or after its dead letter was
 // confirmed. A release that fails leaves the key to end with its window.
-func (w *Worker) releaseKey(s *settlement) {
+func (st *settler) releaseKey(s *settlement) {
 	if s.action != actAck && s.action != actDeadLetter {
 		return
 	}
@@ -190,13 +190,13 @@ func (w *Worker) releaseKey(s *settlement) {
 	if !ok {
 		return
 	}
-	k, err := keyLocker(w.backend)
+	k, err := keyLocker(st.backend)
 	if err == nil {
-		ctx, cancel := w.clock.WithTimeout(context.Background(), releaseTimeout)
+		ctx, cancel := st.clock.WithTimeout(context.Background(), releaseTimeout)
 		defer cancel()
-		err = k.ReleaseKey(ctx, broker.KeyLockName(w.set.prefix, key), m.ID)
+		err = k.ReleaseKey(ctx, broker.KeyLockName(st.set.prefix, key), m.ID)
 	}
 	if err != nil {
-		w.settleFailed(s.log, slog.LevelWarn, "release uniqueness key", err)
+		st.settleFailed(s.log, slog.LevelWarn, "release uniqueness key", err)
 	}
 }

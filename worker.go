@@ -121,26 +121,25 @@ type Worker struct {
 	concurrency     int
 	jobTimeout      time.Duration
 	shutdownTimeout time.Duration
-	republishDelay  time.Duration
 	poisonAfter     int
 	maxBytes        int           // negative: no limit
 	unknownKindWait time.Duration // negative: dead-letter at once
-	onDeadLetter    func(context.Context, DeadLetterEvent)
 
 	overridesMu sync.Mutex                     // serialises changes of overrides
 	overrides   atomic.Pointer[retryOverrides] // read on every job, without a lock
 	middleware  []Middleware
 	hooks       *Hooks
+	hookCalls   hookCaller // calls hooks, each guarded
 	clock       clock.Clock
 	log         *slog.Logger
 	jitter      jitterSources // WorkerConfig.Rand's
 
-	hold           *holdActor             // set by Run before its queue actors start
-	cancels        *cancelsActor          // nil when the backend keeps no ledger of cancellations
-	queueActors    map[string]*queueActor // by Queue.Name, of w.queues
-	settleFailures atomic.Uint64
-	abandoned      atomic.Int64 // queues (and handlers of lost consumers) a stop gave up on
-	givenBack      givenBack    // deliveries requeued after a failed republish (PoisonAfter)
+	hold        *holdActor             // set by Run before its queue actors start
+	cancels     *cancelsActor          // nil when the backend keeps no ledger of cancellations
+	queueActors map[string]*queueActor // by Queue.Name, of w.queues
+	settler     *settler               // carries out the settlements
+	abandoned   atomic.Int64           // queues (and handlers of lost consumers) a stop gave up on
+	givenBack   givenBack              // deliveries requeued after a failed republish (PoisonAfter)
 
 	mu       sync.Mutex
 	state    workerState
@@ -217,16 +216,14 @@ func checkConsumers(backend broker.Backend, n int) error {
 // newWorker returns a worker of set for backend with cfg's settings, or
 // their defaults; it has no queues yet. It draws from cfg.Rand.
 func newWorker(backend broker.Backend, set *queueSet, cfg *WorkerConfig) *Worker {
-	return &Worker{
+	w := &Worker{
 		backend:         backend,
 		set:             set,
 		jobTimeout:      cfg.JobTimeout,
 		shutdownTimeout: cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout),
-		republishDelay:  cmp.Or(cfg.RepublishDelay, DefaultRepublishDelay),
 		poisonAfter:     cfg.PoisonAfter,
 		maxBytes:        cmp.Or(cfg.MaxMessageBytes, DefaultMaxMessageBytes),
 		unknownKindWait: cmp.Or(cfg.UnknownKindWait, DefaultUnknownKindWait),
-		onDeadLetter:    cfg.OnDeadLetter,
 		middleware:      slices.Clone(cfg.Middleware),
 		hooks:           cfg.Hooks,
 		clock:           orRealClock(cfg.Clock),
@@ -235,6 +232,17 @@ func newWorker(backend broker.Backend, set *queueSet, cfg *WorkerConfig) *Worker
 		handlers:        map[string]handler{},
 		queueActors:     map[string]*queueActor{},
 	}
+	w.hookCalls = hookCaller{hooks: w.hooks, backend: backend.Name(), set: set, log: w.log}
+	w.settler = &settler{
+		backend: backend, set: set, clock: w.clock, hooks: w.hookCalls,
+		onDeadLetter:    cfg.OnDeadLetter,
+		unknownKindWait: w.unknownKindWait,
+		republishDelay:  cmp.Or(cfg.RepublishDelay, DefaultRepublishDelay),
+		republishJitter: w.jitter.republish,
+		poisonAfter:     w.poisonAfter,
+		givenBack:       &w.givenBack,
+	}
+	return w
 }
 
 // workerQueues are the queues of s a worker configured with names
@@ -278,7 +286,7 @@ func (w *Worker) InFlight(name string) int {
 // outcome: a failed ack (the job comes back: duplicate work), or a failed
 // publish of a retry, deferral or dead letter (tried again; see
 // RepublishDelay).
-func (w *Worker) SettleFailures() uint64 { return w.settleFailures.Load() }
+func (w *Worker) SettleFailures() uint64 { return w.settler.failures.Load() }
 
 // Run declares the consumed queues, starts one supervised queue actor per
 // queue and the hold actor, and runs jobs until ctx ends. Then it stops
@@ -313,7 +321,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, q := range w.queues {
 		buffer += q.prefetch
 	}
-	w.hold = newHoldActor(holder{backend: w.backend, set: w.set, log: w.log, clock: w.clock}, 2*buffer, w.publishAndAck)
+	w.hold = newHoldActor(holder{backend: w.backend, set: w.set, log: w.log, clock: w.clock}, 2*buffer, w.settler.publishAndAck)
+	w.settler.hold = w.hold
 	defer w.hold.Stop()
 	tasks, quit := make(chan task, buffer), make(chan struct{})
 	pool := w.startPool(tasks, quit)
