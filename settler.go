@@ -19,7 +19,8 @@ import (
 // (settleretry.go). Handler goroutines settle through it the jobs they
 // settle themselves, the hold actor the publishes it makes, the queue
 // actors what they keep to try again. Its fields are set before the
-// worker runs and not changed after, but failures, a count.
+// goroutines that use it start and are not changed after, but failures,
+// a count.
 type settler struct {
 	backend         broker.Backend
 	set             *queueSet
@@ -29,7 +30,7 @@ type settler struct {
 	onDeadLetter    func(context.Context, DeadLetterEvent)
 	unknownKindWait time.Duration // said in the log line of a job held back for want of a handler
 	republishDelay  time.Duration
-	republishJitter *rand.Rand
+	republishJitter *rand.Rand // safe for concurrent use: the queue actors draw from it
 	poisonAfter     int
 	givenBack       *givenBack    // the worker's (PoisonAfter)
 	failures        atomic.Uint64 // Worker.SettleFailures
