@@ -11,8 +11,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/benbjohnson/clock"
-
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/memory"
@@ -149,7 +147,7 @@ func TestAHandlerThatIgnoresItsCtxIsAbandonedAfterTwiceTheShutdownTimeout(t *tes
 // giveBackTimeout. Abandoned, the job would be requeued with its
 // consumer and published again too: two copies.
 func TestAJobBeingSetAsideIsNotAbandoned(t *testing.T) {
-	var clk *clock.Mock // set before anything is published
+	var clk *clocktest.Clock // set before anything is published
 	slowRedelivery := &queuey.Hooks{Publish: func(_ context.Context, p *queuey.PublishInfo) func(error) {
 		if p.Op == queuey.OpRedelivery {
 			clk.Sleep(400 * time.Millisecond) // a slow broker

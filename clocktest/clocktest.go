@@ -62,7 +62,7 @@ type Harness struct {
 	// T is the test, inside the bubble.
 	T *testing.T
 	// Clock is the mock clock every timer of the system reads.
-	Clock *clock.Mock
+	Clock *Clock
 	// Backend is the in-memory broker; its inspection helpers tell what is
 	// pending, held, in flight, acked and dead-lettered.
 	Backend *memory.Backend
@@ -123,8 +123,7 @@ func newHarness(t *testing.T, set queuey.QueueSet, opts *Options, wd *watchdog) 
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	mock := clock.NewMock()
-	mock.Set(Epoch)
+	mock := NewClock()
 	h := &Harness{T: t, Clock: mock, Backend: memory.New(&memory.Options{Clock: mock}), Log: &RunLog{}, wd: wd}
 	wc := h.workerConfig(opts, logger)
 
