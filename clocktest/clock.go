@@ -25,7 +25,11 @@ type Clock struct {
 
 var _ clock.Clock = (*Clock)(nil)
 
-// NewClock returns a mock clock at Epoch.
+// NewClock returns a mock clock at Epoch, for a synctest bubble: its
+// timers send on a goroutine of their own, so a move returns before the
+// timers it fired have sent, and synctest.Wait (which the harness's
+// Advance calls) is what tells when they have. Outside a bubble, a test
+// that moves the clock cannot know it.
 func NewClock() *Clock {
 	c := &Clock{Mock: clock.NewMock()}
 	c.Set(Epoch)
