@@ -16,7 +16,7 @@ var _ broker.Broadcaster = (*Backend)(nil)
 // Broadcast implements broker.Broadcaster: body goes to every listener of
 // topic that has room for it.
 func (b *Backend) Broadcast(ctx context.Context, topic string, body []byte) error {
-	if err := ctx.Err(); err != nil {
+	if err := ended(ctx); err != nil {
 		return err
 	}
 	b.mu.Lock()
@@ -35,7 +35,7 @@ func (b *Backend) Broadcast(ctx context.Context, topic string, body []byte) erro
 
 // Listen implements broker.Broadcaster.
 func (b *Backend) Listen(ctx context.Context, topic string) (broker.Listener, error) {
-	if err := ctx.Err(); err != nil {
+	if err := ended(ctx); err != nil {
 		return nil, err
 	}
 	b.mu.Lock()

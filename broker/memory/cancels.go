@@ -37,7 +37,7 @@ func (b *Backend) AppendCancel(ctx context.Context, prefix string, body []byte, 
 	if keep <= 0 || keep > broker.MaxCancelKeep {
 		return fmt.Errorf("%w: a cancellation is kept for (0, %v], not %v", broker.ErrInvalidDelay, broker.MaxCancelKeep, keep)
 	}
-	if err := ctx.Err(); err != nil {
+	if err := ended(ctx); err != nil {
 		return err
 	}
 	b.mu.Lock()
@@ -57,7 +57,7 @@ func (b *Backend) AppendCancel(ctx context.Context, prefix string, body []byte, 
 
 // FollowCancels implements broker.CancelLedger.
 func (b *Backend) FollowCancels(ctx context.Context, prefix string) (broker.Listener, error) {
-	if err := ctx.Err(); err != nil {
+	if err := ended(ctx); err != nil {
 		return nil, err
 	}
 	b.mu.Lock()
@@ -79,7 +79,7 @@ func (b *Backend) FollowCancels(ctx context.Context, prefix string) (broker.List
 
 // CancelFollowers implements broker.CancelLedger.
 func (b *Backend) CancelFollowers(ctx context.Context, prefix string) (int, error) {
-	if err := ctx.Err(); err != nil {
+	if err := ended(ctx); err != nil {
 		return 0, err
 	}
 	b.mu.Lock()

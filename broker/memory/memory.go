@@ -128,7 +128,7 @@ func (b *Backend) Name() string { return "memory" }
 // queue again with the same arguments keeps its messages; with different
 // arguments it fails with broker.ErrPreconditionFailed, as RabbitMQ does.
 func (b *Backend) Declare(ctx context.Context, specs ...broker.QueueSpec) error {
-	if err := ctx.Err(); err != nil {
+	if err := ended(ctx); err != nil {
 		return err
 	}
 	for _, s := range specs {
@@ -183,7 +183,7 @@ func (b *Backend) queueLocked(s broker.QueueSpec) *queue {
 // Publish puts msg on its queue. A queue that does not exist returns the
 // message as broker.ErrUnroutable, as a mandatory publish on RabbitMQ would.
 func (b *Backend) Publish(ctx context.Context, msg broker.Message) error {
-	if err := ctx.Err(); err != nil {
+	if err := ended(ctx); err != nil {
 		return err
 	}
 	m := published(msg) // made before the lock, which producers and consumers share
@@ -214,7 +214,7 @@ func (b *Backend) publishAll(ctx context.Context, msgs []broker.Message) []error
 		}
 		return errs
 	}
-	if err := ctx.Err(); err != nil {
+	if err := ended(ctx); err != nil {
 		return fail(err)
 	}
 	ms := make([]*stored, len(msgs))
@@ -254,7 +254,7 @@ func (b *Backend) publishLocked(m *stored) error {
 
 // Hold keeps msg in the hold queue for ttl, then lands it on msg.Queue.
 func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duration) error {
-	if err := ctx.Err(); err != nil {
+	if err := ended(ctx); err != nil {
 		return err
 	}
 	if ttl <= 0 || ttl%time.Millisecond != 0 || ttl > broker.MaxHoldMs*time.Millisecond {
@@ -287,7 +287,7 @@ func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duratio
 // DeadLetter puts dl on the dead-letter queue of dl.Queue with headers for
 // the reason, the original queue and the attempts.
 func (b *Backend) DeadLetter(ctx context.Context, dl broker.DeadLetter) error {
-	if err := ctx.Err(); err != nil {
+	if err := ended(ctx); err != nil {
 		return err
 	}
 	b.mu.Lock()
@@ -493,7 +493,7 @@ func (b *Backend) ConsumeExclusive(ctx context.Context, queueName string, prefet
 }
 
 func (b *Backend) consume(ctx context.Context, queueName string, prefetch int, exclusive bool) (broker.Consumer, error) {
-	if err := ctx.Err(); err != nil {
+	if err := ended(ctx); err != nil {
 		return nil, err
 	}
 	if prefetch < 1 {
@@ -697,7 +697,7 @@ func (b *Backend) Disconnect(queue string) {
 
 // Depth counts the messages ready on queue.
 func (b *Backend) Depth(ctx context.Context, queue string) (int, error) {
-	if err := ctx.Err(); err != nil {
+	if err := ended(ctx); err != nil {
 		return 0, err
 	}
 	b.mu.Lock()
@@ -746,4 +746,18 @@ func (b *Backend) ackedLocked(q *queue) []broker.Message {
 		}
 	}
 	return out
+}
+
+// ended is ctx's error once it has ended, else nil. It looks at ctx's Done
+// channel first: a ctx made by clock.Mock's WithTimeout or WithDeadline
+// (benbjohnson/clock v1.3.5) reads its error without the lock its timer
+// writes it under, which is a data race unless the read follows the close
+// of Done.
+func ended(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	default:
+		return nil
+	}
 }

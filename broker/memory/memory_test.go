@@ -1444,3 +1444,25 @@ func TestMessageTTLDropsWhatWaitedTooLong(t *testing.T) {
 	}
 	c.Cancel()
 }
+
+// A ctx made by clock.Mock's WithTimeout reads its error without the lock
+// its timer writes it under (benbjohnson/clock v1.3.5): the backend asks
+// whether a ctx has ended by its Done channel first, so that a timeout
+// that fires as a call begins is no data race under go test -race.
+func TestACallWhoseMockTimeoutFiresAsItBeginsIsNoRace(t *testing.T) {
+	b, mock := newBackend(t)
+	if err := b.Declare(t.Context(), spec("q")); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		ctx, cancel := mock.WithTimeout(context.Background(), time.Second)
+		moved := make(chan struct{})
+		go func() { mock.Add(time.Second); close(moved) }()
+		err := b.Publish(ctx, broker.Message{Queue: "q", ID: fmt.Sprint(i), Body: []byte("{}")})
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("publish %d: %v; want nil or its ctx's deadline", i, err)
+		}
+		<-moved
+		cancel()
+	}
+}
