@@ -267,11 +267,11 @@ func TestTheWorkerSurvivesClosedConnections(t *testing.T) {
 		waitForRuns(t, r, (cut+1)*8)
 		closeConnection(t, name)
 	}
-	runs := r.until(fmt.Sprintf("all %d jobs", jobs), 30*time.Second, func(runs []run) bool { return distinct(runs) == jobs })
+	r.until(fmt.Sprintf("all %d jobs", jobs), 30*time.Second, func(runs []run) bool { return distinct(runs) == jobs })
 	// A job whose ack was lost with a cut has run once and comes back to
 	// run again: the queue is empty once those have, with the worker up.
 	left := drained(t, r.prefix+".work", 15*time.Second)
-	runs = r.until("the runs so far", time.Second, func([]run) bool { return true }) // a snapshot
+	runs := r.until("the runs so far", time.Second, func([]run) bool { return true }) // a snapshot
 	if dup := len(runs) - jobs; dup > 3*4 {
 		t.Errorf("%d duplicate runs, more than the prefetch (4) per cut", dup)
 	}
