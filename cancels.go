@@ -272,8 +272,8 @@ func (c *cancelsActor) forget(id string) { _ = c.met.TryPut(id) }
 // cancelled settles a cancelled job: an ack, whether it ran (and its
 // handler returned err once told) or not, its cancellation to be
 // forgotten. A unique job lets its key go; a chain stops here.
-func (w *Worker) cancelled(f *jobFacts, ran bool, err error) settlement {
-	w.cancels.forget(f.env.JobID)
+func (r *jobRunner) cancelled(f *jobFacts, ran bool, err error) settlement {
+	r.cancels.forget(f.env.JobID)
 	return settlement{action: actAck, log: f.log, out: Outcome{Result: Cancelled, Ran: ran, Err: err}}
 }
 

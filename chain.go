@@ -127,14 +127,14 @@ func stepJobID(chain string, step int) string {
 // with steps left, the publish of the next step (then the ack, as a copy
 // is settled: confirmed first, tried again on failure, and past its tries
 // the step is requeued, to run again rather than be skipped).
-func (w *Worker) succeeded(f *jobFacts) settlement {
+func (r *jobRunner) succeeded(f *jobFacts) settlement {
 	s := settlement{action: actAck, out: Outcome{Result: Succeeded}}
 	c, ok := chainOf(f.env)
 	if !ok || len(c.Next) == 0 {
 		return s
 	}
 	n := c.Next[0]
-	next := broker.NewEnvelope(n.Kind, n.Queue, n.Payload, w.clock.Now())
+	next := broker.NewEnvelope(n.Kind, n.Queue, n.Payload, r.clock.Now())
 	next.JobID = stepJobID(c.ID, c.Step+1)
 	next.CorrelationID = f.env.CorrelationID
 	rest := chainMember{ID: c.ID, Step: c.Step + 1, Steps: c.Steps, Next: c.Next[1:]}

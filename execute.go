@@ -7,13 +7,43 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
 	"time"
 
+	"github.com/benbjohnson/clock"
+
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/mailbox"
 )
+
+// jobRunner is what the worker's handler goroutines run: it reads a
+// delivery, runs its handler under the middleware, the job timeout and the
+// Deliver hook, decides what the result makes of the job (settle.go) and
+// reports that to the queue actor that handed the delivery out. It holds
+// the worker's configuration that running a job reads, and nothing of the
+// worker's run (its queue actors, its stop): Worker is the facade over it.
+// Handle fills handlers before Run; from Run on they are only read.
+type jobRunner struct {
+	backend         broker.Backend
+	set             *queueSet
+	handlers        map[string]handler // by kind
+	middleware      []Middleware
+	hooks           *Hooks
+	hookCalls       hookCaller
+	clock           clock.Clock
+	log             *slog.Logger
+	retryJitter     *rand.Rand    // retry backoffs' (Backoff.Jitter)
+	jobTimeout      time.Duration // of queues that set none
+	poisonAfter     int
+	maxBytes        int           // negative: no limit
+	unknownKindWait time.Duration // negative: dead-letter at once
+	overrides       *retryOverrideSet
+	cancels         *cancelsActor // nil when the backend keeps no ledger of cancellations
+	settler         *settler      // settles acks and requeues at once, and a suspect run alone
+	givenBack       *givenBack    // deliveries requeued after a failed republish (PoisonAfter)
+}
 
 // task is a message to the worker's handler goroutines: run one delivery
 // up to what is to become of it, and report that to its queue actor.
@@ -31,12 +61,12 @@ type task struct {
 // serve is one of the worker's handler goroutines: it performs tasks until
 // quit is closed. Its queue actor's inbox has room for every task it
 // handed out, so the report never waits.
-func (w *Worker) serve(slot int, tasks <-chan task, quit <-chan struct{}) {
+func (r *jobRunner) serve(slot int, tasks <-chan task, quit <-chan struct{}) {
 	for {
 		select {
 		case t := <-tasks:
 			t.slot = slot
-			m := w.perform(t)
+			m := r.perform(t)
 			_ = t.inbox.Put(context.Background(), m) // never closed, never full
 			if s, ok := m.(taskToSettle); ok && s.paused != nil {
 				waitPaused(t.ctx, s.paused) // a PauseQueue: its queue's next tasks are held back first
@@ -73,17 +103,17 @@ func giveBackTasks(pool chan task) {
 // needs a publish first (a retry, a deferral, a dead letter, a copy) goes
 // to the queue actor, which has the hold actor make it and ack the
 // delivery on its confirm.
-func (w *Worker) perform(t task) queueMsg {
+func (r *jobRunner) perform(t task) queueMsg {
 	if t.heldBack() {
 		return taskNotStarted{run: t.run, d: t.d, alone: t.alone}
 	}
 	if t.alone {
-		return w.runSuspect(t)
+		return r.runSuspect(t)
 	}
 	var s settlement // filled in place: a settlement is large, and one returned is copied at each call
-	w.process(t, &s)
+	r.process(t, &s)
 	if s.action == actAck || s.action == actRequeue {
-		w.settler.settled(&s) // on this goroutine's stack: no allocation for most jobs
+		r.settler.settled(&s) // on this goroutine's stack: no allocation for most jobs
 		return taskSettled{run: t.run}
 	}
 	m := taskToSettle{run: t.run, s: s.kept()}
@@ -104,12 +134,12 @@ func waitPaused(ctx context.Context, paused chan struct{}) {
 
 // process runs one delivery up to what is to become of it, s, telling
 // the Deliver hook.
-func (w *Worker) process(t task, s *settlement) {
-	started := w.clock.Now()
+func (r *jobRunner) process(t task, s *settlement) {
+	started := r.clock.Now()
 	var rd readDelivery
-	w.read(t, started, &rd)
-	ctx, hook := w.deliverHook(t.ctx, t.q, &rd, started)
-	*s = w.execute(ctx, t, &rd)
+	r.read(t, started, &rd)
+	ctx, hook := r.deliverHook(t.ctx, t.q, &rd, started)
+	*s = r.execute(ctx, t, &rd)
 	if s.msg.Headers == nil && s.action != actAck && s.action != actRequeue {
 		s.msg.Headers = carriedHeaders(rd.msg.Headers)
 	}
@@ -127,27 +157,27 @@ type readDelivery struct {
 }
 
 // read reads t's delivery, started at started, into rd.
-func (w *Worker) read(t task, started time.Time, rd *readDelivery) {
+func (r *jobRunner) read(t task, started time.Time, rd *readDelivery) {
 	rd.msg = t.d.Message()
-	if w.maxBytes >= 0 && len(rd.msg.Body) > w.maxBytes {
-		rd.err = &tooLargeError{size: len(rd.msg.Body), limit: w.maxBytes}
+	if r.maxBytes >= 0 && len(rd.msg.Body) > r.maxBytes {
+		rd.err = &tooLargeError{size: len(rd.msg.Body), limit: r.maxBytes}
 	} else if rd.env, rd.err = broker.DecodeMessage(rd.msg); rd.err == nil {
-		rd.jc = w.jobContext(t.q, rd.env, t.d, started)
+		rd.jc = r.jobContext(t.q, rd.env, t.d, started)
 	}
 }
 
 // deliverHook tells the Deliver hook about a delivery, which may change
 // rd.jc; it returns the ctx the job runs with and the hook's call, to be
 // told the outcome (nil without a Deliver hook).
-func (w *Worker) deliverHook(ctx context.Context, q *queueConfig, rd *readDelivery, started time.Time) (context.Context, *deliveryHook) {
-	if w.hooks == nil || w.hooks.Deliver == nil {
+func (r *jobRunner) deliverHook(ctx context.Context, q *queueConfig, rd *readDelivery, started time.Time) (context.Context, *deliveryHook) {
+	if r.hooks == nil || r.hooks.Deliver == nil {
 		return ctx, nil
 	}
 	due := rd.msg.DueAt
 	if due.IsZero() && !rd.msg.FromHold && rd.err == nil {
 		due = rd.env.EnqueuedAt() // due when enqueued (see broker.Message.DueAt)
 	}
-	h := &deliveryHook{w: w, info: DeliveryInfo{System: w.backend.Name(), Queue: q.Name, BrokerQueue: q.broker, Job: rd.jc,
+	h := &deliveryHook{r: r, info: DeliveryInfo{System: r.backend.Name(), Queue: q.Name, BrokerQueue: q.broker, Job: rd.jc,
 		Headers: rd.msg.Headers, DueAt: due, Started: started}}
 	hookCtx := h.call(ctx)
 	rd.jc = h.info.Job
@@ -158,7 +188,7 @@ func (w *Worker) deliverHook(ctx context.Context, q *queueConfig, rd *readDelive
 // was told and the func it gave for the outcome. It is one allocation per
 // delivery, where closures around the two would be three.
 type deliveryHook struct {
-	w      *Worker
+	r      *jobRunner
 	info   DeliveryInfo
 	finish func(Outcome) // nil once told, or when the hook gave none
 }
@@ -168,8 +198,8 @@ type deliveryHook struct {
 // nil too (recovered as nil under GODEBUG=panicnil=1).
 func (h *deliveryHook) call(ctx context.Context) (hookCtx context.Context) {
 	hookCtx = ctx
-	defer h.w.hookCalls.recover("Deliver")
-	c, finish := h.w.hooks.Deliver(ctx, &h.info)
+	defer h.r.hookCalls.recover("Deliver")
+	c, finish := h.r.hooks.Deliver(ctx, &h.info)
 	h.finish = finish
 	if c != nil {
 		hookCtx = c
@@ -184,7 +214,7 @@ func (h *deliveryHook) outcome(out Outcome) {
 	if finish == nil {
 		return
 	}
-	defer h.w.hookCalls.recover("Deliver's outcome func")
+	defer h.r.hookCalls.recover("Deliver's outcome func")
 	finish(out)
 }
 
@@ -192,58 +222,58 @@ func (h *deliveryHook) outcome(out Outcome) {
 // can run: a body that cannot be read, a job that came back from a crash
 // too often or a payload that does not decode is dead-lettered without
 // running; a job of an unknown kind is held back (unhandled).
-func (w *Worker) execute(ctx context.Context, t task, rd *readDelivery) settlement {
+func (r *jobRunner) execute(ctx context.Context, t task, rd *readDelivery) settlement {
 	if rd.err != nil {
-		return w.unreadable(t.q, rd)
+		return r.unreadable(t.q, rd)
 	}
 	env := rd.env
 	env.Queue = t.q.broker // republish where it came from, whatever the body says
-	f := &jobFacts{log: jobLog{l: w.log, id: env.JobID, kind: env.JobType, queue: t.q.broker, attempt: env.Attempt}, env: env, jc: rd.jc}
-	if c := w.cancels; c != nil {
+	f := &jobFacts{log: jobLog{l: r.log, id: env.JobID, kind: env.JobType, queue: t.q.broker, attempt: env.Attempt}, env: env, jc: rd.jc}
+	if c := r.cancels; c != nil {
 		j := c.watch(ctx, t.slot, env.JobID) // before the look: see cancelsActor
 		defer c.unwatch(t.slot, j)
 		ctx = j
 		if c.isCancelled(env.JobID) {
-			return w.cancelled(f, false, nil)
+			return r.cancelled(f, false, nil)
 		}
 	}
-	if w.poisonAfter > 0 && t.d.Redelivered() && !w.givenBack.take(rd.msg.ID) {
-		return w.countRedelivery(f, t.q, rd.msg, t.alone)
+	if r.poisonAfter > 0 && t.d.Redelivered() && !r.givenBack.take(rd.msg.ID) {
+		return r.countRedelivery(f, t.q, rd.msg, t.alone)
 	}
-	h, ok := w.handlers[env.JobType]
+	h, ok := r.handlers[env.JobType]
 	if !ok {
-		return w.unhandled(f, rd.msg.Headers)
+		return r.unhandled(f, rd.msg.Headers)
 	}
 	job, err := h.decode(env.Payload)
 	if err != nil {
 		f.log.Error("payload did not match the handler's job type; dead-lettering", "error", err)
 		return deadLetterOf(f, original(env), CauseDecode, "decode error: "+err.Error(), err)
 	}
-	return w.runHandler(ctx, t, h, job, f)
+	return r.runHandler(ctx, t, h, job, f)
 }
 
 // runHandler runs job's handler and decides, by the job's retry policy,
 // what its result makes of it.
-func (w *Worker) runHandler(ctx context.Context, t task, h handler, job decodedJob, f *jobFacts) settlement {
-	policy := w.retryPolicy(t.q, f.env.JobType, h, job)
+func (r *jobRunner) runHandler(ctx context.Context, t task, h handler, job decodedJob, f *jobFacts) settlement {
+	policy := r.retryPolicy(t.q, f.env.JobType, h, job)
 	f.jc.MaxAttempts = policy.maxAttempts()
 	if t.alone {
 		f.log.Info("running a job that was in flight when a worker crashed, alone")
 	}
 	f.log.Debug("running job", "deferrals", f.jc.Deferrals, "priority", f.jc.Priority)
-	started := w.clock.Now()
-	err := w.call(ctx, t.q, h, job, f.jc)
-	ran := w.clock.Since(started)
+	started := r.clock.Now()
+	err := r.call(ctx, t.q, h, job, f.jc)
+	ran := r.clock.Since(started)
 	var s settlement
 	j, _ := ctx.(*jobCtx)
 	switch told := j != nil && j.told(); {
 	case told && err != nil:
-		s = w.cancelled(f, true, err)
+		s = r.cancelled(f, true, err)
 	case told:
-		w.cancels.forget(f.env.JobID) // it succeeded all the same: it ended
+		r.cancels.forget(f.env.JobID) // it succeeded all the same: it ended
 		fallthrough
 	default:
-		s = w.decide(ctx, t.q, f, policy, err)
+		s = r.decide(ctx, t.q, f, policy, err)
 	}
 	s.out.Ran, s.out.HandlerDuration = true, ran
 	return s
@@ -251,8 +281,8 @@ func (w *Worker) runHandler(ctx context.Context, t task, h handler, job decodedJ
 
 // unreadable dead-letters, verbatim, a body that is over the size limit or
 // is not an envelope.
-func (w *Worker) unreadable(q *queueConfig, rd *readDelivery) settlement {
-	f := &jobFacts{log: jobLog{l: w.log, queue: q.broker}, jc: rd.jc}
+func (r *jobRunner) unreadable(q *queueConfig, rd *readDelivery) settlement {
+	f := &jobFacts{log: jobLog{l: r.log, queue: q.broker}, jc: rd.jc}
 	msg := rd.msg
 	msg.Queue = q.broker
 	msg.Headers = maps.Clone(msg.Headers) // the delivery's own are read-only
@@ -269,7 +299,7 @@ func (w *Worker) unreadable(q *queueConfig, rd *readDelivery) settlement {
 }
 
 // jobContext is what the handler of env will see.
-func (w *Worker) jobContext(q *queueConfig, env broker.Envelope, d broker.Delivery, now time.Time) JobContext {
+func (r *jobRunner) jobContext(q *queueConfig, env broker.Envelope, d broker.Delivery, now time.Time) JobContext {
 	return JobContext{
 		JobID:         env.JobID,
 		Kind:          env.JobType,
@@ -289,19 +319,19 @@ func (w *Worker) jobContext(q *queueConfig, env broker.Envelope, d broker.Delive
 
 // call runs the handler under the middleware, the job timeout and a panic
 // guard.
-func (w *Worker) call(ctx context.Context, q *queueConfig, h handler, job decodedJob, jc JobContext) error {
-	timeout := cmp.Or(q.JobTimeout, w.jobTimeout)
+func (r *jobRunner) call(ctx context.Context, q *queueConfig, h handler, job decodedJob, jc JobContext) error {
+	timeout := cmp.Or(q.JobTimeout, r.jobTimeout)
 	runCtx := ctx
 	if timeout > 0 {
 		var cancel context.CancelFunc
-		runCtx, cancel = w.clock.WithTimeout(ctx, timeout)
+		runCtx, cancel = r.clock.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
 	var err error
-	if len(w.middleware) == 0 {
+	if len(r.middleware) == 0 {
 		err = runGuarded(runCtx, h, job, jc) // no closures to allocate
 	} else {
-		err = w.callThroughMiddleware(runCtx, h, job, jc)
+		err = r.callThroughMiddleware(runCtx, h, job, jc)
 	}
 	if err == nil {
 		return nil
@@ -310,7 +340,7 @@ func (w *Worker) call(ctx context.Context, q *queueConfig, h handler, job decode
 		return &timeoutError{limit: timeout.String(), err: err}
 	}
 	if p, ok := errors.AsType[*panicError](err); ok {
-		w.log.Error("handler panicked", "job_id", jc.JobID, "kind", jc.Kind, "panic", fmt.Sprint(p.value), "stack", string(p.stack))
+		r.log.Error("handler panicked", "job_id", jc.JobID, "kind", jc.Kind, "panic", fmt.Sprint(p.value), "stack", string(p.stack))
 	}
 	return err
 }
@@ -319,12 +349,12 @@ func (w *Worker) call(ctx context.Context, q *queueConfig, h handler, job decode
 // is apart from call so that the closures, which capture jc, move only
 // this call's copy of it to the heap. A middleware's panic is the run's,
 // as the handler's is.
-func (w *Worker) callThroughMiddleware(ctx context.Context, h handler, job decodedJob, jc JobContext) (err error) {
+func (r *jobRunner) callThroughMiddleware(ctx context.Context, h handler, job decodedJob, jc JobContext) (err error) {
 	returned := false
 	defer func() { err = panicked(recover(), returned, err) }()
 	run := func(ctx context.Context) error { return runGuarded(ctx, h, job, jc) }
-	for i := len(w.middleware) - 1; i >= 0; i-- {
-		m, next := w.middleware[i], run
+	for i := len(r.middleware) - 1; i >= 0; i-- {
+		m, next := r.middleware[i], run
 		run = func(ctx context.Context) error { return m(ctx, jc, next) }
 	}
 	err = run(ctx)

@@ -79,9 +79,9 @@ func Register[T Job](w *Worker, h Handler[T]) (err error) {
 	if w.state != workerIdle {
 		return fmt.Errorf("%w: register %q before Run", ErrWorkerStarted, kind)
 	}
-	if _, dup := w.handlers[kind]; dup {
+	if _, dup := w.jobs.handlers[kind]; dup {
 		return fmt.Errorf("%w: kind %q already has a handler", ErrDuplicateHandler, kind)
 	}
-	w.handlers[kind] = newTypedHandler(h)
+	w.jobs.handlers[kind] = newTypedHandler(h)
 	return nil
 }

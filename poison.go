@@ -37,19 +37,19 @@ const suspectWait = time.Second
 // runSuspect takes one job from the suspects queue of t's queue, if there
 // is one, and runs it alone: held only while it runs. It reports whether
 // it found one (then the queue actor looks for the next).
-func (w *Worker) runSuspect(t task) suspectRan {
-	r := suspectRan{run: t.run}
+func (r *jobRunner) runSuspect(t task) suspectRan {
+	ran := suspectRan{run: t.run}
 	queue := broker.SuspectQueueName(t.q.broker)
-	if n, err := w.backend.Depth(t.ctx, queue); err != nil || n == 0 {
+	if n, err := r.backend.Depth(t.ctx, queue); err != nil || n == 0 {
 		if err != nil {
-			w.log.Warn("could not look for jobs to run alone; looking again when the queue is consumed again", "queue", queue, "error", err)
+			r.log.Warn("could not look for jobs to run alone; looking again when the queue is consumed again", "queue", queue, "error", err)
 		}
-		return r
+		return ran
 	}
-	c, err := w.backend.Consume(t.ctx, queue, 1)
+	c, err := r.backend.Consume(t.ctx, queue, 1)
 	if err != nil {
-		w.log.Warn("could not take a job to run alone", "queue", queue, "error", err)
-		return r
+		r.log.Warn("could not take a job to run alone", "queue", queue, "error", err)
+		return ran
 	}
 	lease := &consumerLease{c: c, retired: true}
 	keep := false // a settle of its delivery is to be tried again: the queue actor ends it
@@ -58,25 +58,25 @@ func (w *Worker) runSuspect(t task) suspectRan {
 			c.Cancel()
 		}
 	}()
-	timer := w.clock.Timer(suspectWait)
+	timer := r.clock.Timer(suspectWait)
 	defer timer.Stop()
 	select {
 	case d, ok := <-c.Deliveries():
 		if !ok {
-			return r
+			return ran
 		}
 		c.Stop()
 		t.d, t.alone = d, true
 		var s settlement
-		w.process(t, &s)
-		if r.retry = w.settler.settle(&s); r.retry != nil {
-			r.retry.lease, keep = lease, true // the queue actor keeps it, and the consumer open
+		r.process(t, &s)
+		if ran.retry = r.settler.settle(&s); ran.retry != nil {
+			ran.retry.lease, keep = lease, true // the queue actor keeps it, and the consumer open
 		}
-		r.found = true
+		ran.found = true
 	case <-timer.C: // taken by another worker
 	case <-t.ctx.Done():
 	}
-	return r
+	return ran
 }
 
 // countRedelivery settles a delivery the broker hands out again. From the
@@ -85,7 +85,7 @@ func (w *Worker) runSuspect(t task) suspectRan {
 // worker died: its count is raised, and at PoisonAfter it is dead-
 // lettered as poison (it most likely kills its worker); below, moved back
 // to the suspects queue.
-func (w *Worker) countRedelivery(f *jobFacts, q *queueConfig, msg broker.Message, alone bool) settlement {
+func (r *jobRunner) countRedelivery(f *jobFacts, q *queueConfig, msg broker.Message, alone bool) settlement {
 	log := f.log
 	// Only the suspects queue's count is read: a job on the work queue
 	// has none (every republish there makes its headers afresh), so one
@@ -95,7 +95,7 @@ func (w *Worker) countRedelivery(f *jobFacts, q *queueConfig, msg broker.Message
 		n, _ = strconv.Atoi(msg.Headers[headerRedeliveries])
 		n++
 	}
-	if n >= w.poisonAfter {
+	if n >= r.poisonAfter {
 		log.Error("job crashed its worker too often; dead-lettering it as poison", "redeliveries", n)
 		return deadLetterOf(f, original(f.env), CausePoison,
 			fmt.Sprintf("poison: its worker died %d times while it ran alone; it may crash its worker", n), nil)
@@ -109,7 +109,7 @@ func (w *Worker) countRedelivery(f *jobFacts, q *queueConfig, msg broker.Message
 	// enqueue a wait ago.
 	again.DueAt = msg.DueAt
 	if again.DueAt.IsZero() && msg.FromHold {
-		again.DueAt = w.clock.Now()
+		again.DueAt = r.clock.Now()
 	}
 	again.Headers = maps.Clone(msg.Headers)
 	if again.Headers == nil {
@@ -117,9 +117,9 @@ func (w *Worker) countRedelivery(f *jobFacts, q *queueConfig, msg broker.Message
 	}
 	again.Headers[headerRedeliveries] = strconv.Itoa(n)
 	if alone {
-		log.Warn("job was running alone when its worker died; counted, to run alone again", "redeliveries", n, "poison_after", w.poisonAfter)
+		log.Warn("job was running alone when its worker died; counted, to run alone again", "redeliveries", n, "poison_after", r.poisonAfter)
 	} else {
-		log.Warn("job came back from a crash; to run alone", "redeliveries", n, "poison_after", w.poisonAfter)
+		log.Warn("job came back from a crash; to run alone", "redeliveries", n, "poison_after", r.poisonAfter)
 	}
 	return settlement{action: actCopy, msg: again, op: OpRedelivery, log: log, suspected: true, out: Outcome{Result: Requeued}}
 }
@@ -129,22 +129,22 @@ func (w *Worker) countRedelivery(f *jobFacts, q *queueConfig, msg broker.Message
 // Should the publish fail, the delivery is requeued instead (and counted
 // once more, if it comes back). It returns the failure to settle, counted
 // and logged already.
-func (w *Worker) setAside(ctx context.Context, q *queueConfig, d broker.Delivery) error {
+func (r *jobRunner) setAside(ctx context.Context, q *queueConfig, d broker.Delivery) error {
 	msg := d.Message()
-	log := jobLog{l: w.log, id: msg.ID, queue: q.broker}
+	log := jobLog{l: r.log, id: msg.ID, queue: q.broker}
 	again := msg
 	again.Queue = q.broker
 	again.Headers = maps.Clone(msg.Headers)
-	done := w.hookCalls.publish(ctx, &again, publishIntent{op: OpRedelivery})
-	err := w.backend.Publish(ctx, again)
+	done := r.hookCalls.publish(ctx, &again, publishIntent{op: OpRedelivery})
+	err := r.backend.Publish(ctx, again)
 	done(err)
 	if err != nil {
-		w.settler.settleFailed(log, slog.LevelError, "set aside", err)
+		r.settler.settleFailed(log, slog.LevelError, "set aside", err)
 		requeue(d, log)
 		return err
 	}
 	if err := d.Ack(context.Background()); err != nil {
-		w.settler.settleFailed(log, slog.LevelError, "ack", err)
+		r.settler.settleFailed(log, slog.LevelError, "ack", err)
 		return err
 	}
 	return nil

@@ -335,7 +335,7 @@ func (l *queueLoop) started() {
 // Worker.giveBack).
 func (l *queueLoop) giveBack(ds ...broker.Delivery) {
 	for _, d := range ds {
-		l.w.giveBack(l.handlerCtx, l.q, d)
+		l.w.jobs.giveBack(l.handlerCtx, l.q, d)
 	}
 }
 

@@ -80,7 +80,7 @@ func (w *Worker) commandable(name string) (*queueActor, error) {
 	switch {
 	case w.state == workerDone:
 		return nil, ErrWorkerStopped
-	case len(w.handlers) == 0:
+	case len(w.jobs.handlers) == 0:
 		return nil, fmt.Errorf("%w: queue %q: the worker has no handlers, so it consumes no queue", ErrUnknownQueue, name)
 	}
 	return a, nil

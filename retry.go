@@ -2,9 +2,11 @@ package queuey
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/queuey-go/queuey/broker"
@@ -173,4 +175,76 @@ func (s *lockedSource) Uint64() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.src.Uint64()
+}
+
+// retryOverrideSet holds the retry policies set while a worker runs
+// (Worker.SetQueueRetryPolicy, SetKindRetryPolicy): the handler goroutines
+// read them on every failure, without a lock; a change publishes a new
+// copy.
+type retryOverrideSet struct {
+	mu      sync.Mutex                     // serialises changes
+	current atomic.Pointer[retryOverrides] // nil: none set
+}
+
+// retryOverrides are the retry policies set while a worker runs. A value
+// that has been published is never changed, only replaced by a copy.
+type retryOverrides struct {
+	byQueue map[string]RetryPolicy // by Queue.Name
+	byKind  map[string]RetryPolicy // by job kind
+}
+
+// load returns the overrides in force.
+func (o *retryOverrideSet) load() *retryOverrides {
+	if c := o.current.Load(); c != nil {
+		return c
+	}
+	return &noRetryOverrides
+}
+
+// noRetryOverrides are the overrides before any is set; never changed.
+var noRetryOverrides retryOverrides
+
+// set publishes a copy of the overrides in which key (a kind, or else a
+// queue name) has p, or nothing for a nil p.
+func (o *retryOverrideSet) set(kind bool, key string, p *RetryPolicy) error {
+	if p != nil {
+		if err := p.validate(); err != nil {
+			return err
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	next := *o.load()
+	m := &next.byQueue
+	if kind {
+		m = &next.byKind
+	}
+	*m = maps.Clone(*m)
+	if p == nil {
+		delete(*m, key)
+	} else {
+		if *m == nil {
+			*m = map[string]RetryPolicy{}
+		}
+		(*m)[key] = *p
+	}
+	o.current.Store(&next)
+	return nil
+}
+
+// retryPolicy is the policy a failure of job is judged by: the job's own
+// (RetryPolicer, decided from its content), else a runtime override for
+// its kind, else one for its queue, else the queue's.
+func (r *jobRunner) retryPolicy(q *queueConfig, kind string, h handler, job decodedJob) RetryPolicy {
+	if p, ok := h.ownPolicy(job); ok {
+		return p
+	}
+	o := r.overrides.load()
+	if p, ok := o.byKind[kind]; ok {
+		return p
+	}
+	if p, ok := o.byQueue[q.Name]; ok {
+		return p
+	}
+	return q.retry
 }

@@ -80,16 +80,16 @@ type jobFacts struct {
 
 // decide is the table of ARCHITECTURE.md §1 ("What a handler's result
 // does"): what a handler's result makes of the job.
-func (w *Worker) decide(ctx context.Context, q *queueConfig, f *jobFacts, policy RetryPolicy, err error) settlement {
+func (r *jobRunner) decide(ctx context.Context, q *queueConfig, f *jobFacts, policy RetryPolicy, err error) settlement {
 	if err != nil && ctx.Err() != nil {
-		return w.interrupted(ctx, f, err)
+		return r.interrupted(ctx, f, err)
 	}
 	var s settlement
 	switch o, def, pausing := classify(err); o {
 	case outcomeSuccess:
-		s = w.succeeded(f) // an ack; for a chain's step, its next step's publish first (chain.go)
+		s = r.succeeded(f) // an ack; for a chain's step, its next step's publish first (chain.go)
 	case outcomeDefer:
-		s = w.deferral(q, f, def, pausing)
+		s = r.deferral(q, f, def, pausing)
 	case outcomeFatal:
 		f.log.Error("job failed fatally", "error", err)
 		cause := err
@@ -98,7 +98,7 @@ func (w *Worker) decide(ctx context.Context, q *queueConfig, f *jobFacts, policy
 		}
 		s = deadLetterOf(f, original(f.env), CauseFatal, "fatal error: "+cause.Error(), err)
 	case outcomeRetry:
-		s = w.retry(f, policy, err)
+		s = r.retry(f, policy, err)
 	}
 	s.log = f.log
 	if err != nil {
@@ -113,9 +113,9 @@ func (w *Worker) decide(ctx context.Context, q *queueConfig, f *jobFacts, policy
 
 // deferral holds the job for the delay its handler asked, at the queue's
 // top priority, or dead-letters it if no hold queue can give that delay.
-func (w *Worker) deferral(q *queueConfig, f *jobFacts, def *DeferError, pausing bool) settlement {
+func (r *jobRunner) deferral(q *queueConfig, f *jobFacts, def *DeferError, pausing bool) settlement {
 	delay := max(def.Delay, 0) // a Retry-After already past (clocks differ): run again after one step
-	if _, err := broker.HoldTTL(delay, w.set.deferGranularity); err != nil {
+	if _, err := broker.HoldTTL(delay, r.set.deferGranularity); err != nil {
 		err = fmt.Errorf("hold for %s: %w", holdDefer, err)
 		f.log.Error("job asked for a deferral no hold queue can give; dead-lettering", "error", err)
 		return deadLetterOf(f, original(f.env), CauseInvalidDeferral, "invalid deferral: "+err.Error(), err)
@@ -127,9 +127,9 @@ func (w *Worker) deferral(q *queueConfig, f *jobFacts, def *DeferError, pausing 
 
 // retry holds the job's next attempt for its backoff, or dead-letters it
 // when its attempts are used up.
-func (w *Worker) retry(f *jobFacts, policy RetryPolicy, err error) settlement {
+func (r *jobRunner) retry(f *jobFacts, policy RetryPolicy, err error) settlement {
 	jc := f.jc
-	delay, again := policy.DecideWith(jc.Attempt, w.jitter.retry)
+	delay, again := policy.DecideWith(jc.Attempt, r.retryJitter)
 	if !again {
 		f.log.Error("job failed; giving up", "error", err, "max_attempts", jc.MaxAttempts)
 		return deadLetterOf(f, original(f.env), CauseExhausted, fmt.Sprintf("max attempts (%d) exhausted after attempt %d: %s",
@@ -137,7 +137,7 @@ func (w *Worker) retry(f *jobFacts, policy RetryPolicy, err error) settlement {
 	}
 	// A backoff caps at the longest hold (Backoff.Max), which the rounding
 	// to the retry granularity must not push past the limit.
-	delay = min(delay, broker.LongestHold(w.set.retryGranularity))
+	delay = min(delay, broker.LongestHold(r.set.retryGranularity))
 	next, _ := f.env.NextAttempt().Message()
 	return settlement{action: actHold, msg: next, op: OpRetry, delay: delay, kind: holdRetry, held: &heldJob{f.env, jc},
 		out: Outcome{Result: Retried, Delay: delay, NextAttempt: jc.Attempt + 1}}
@@ -159,21 +159,21 @@ const headerUnhandledSince = "x-queuey-unhandled-since-ms"
 // and deferrals as they were, at priority 0, to be offered again after
 // unknownKindInterval; dead-lettered once it has waited long enough, or
 // at once if the worker is to wait for none.
-func (w *Worker) unhandled(f *jobFacts, delivered map[string]string) settlement {
+func (r *jobRunner) unhandled(f *jobFacts, delivered map[string]string) settlement {
 	reason := fmt.Sprintf("no handler for job type %q", f.env.JobType)
-	if w.unknownKindWait < 0 {
+	if r.unknownKindWait < 0 {
 		f.log.Error("no handler registered for the job's kind; dead-lettering")
 		return deadLetterOf(f, original(f.env), CauseNoHandler, reason, nil)
 	}
-	now := w.clock.Now()
+	now := r.clock.Now()
 	since := unhandledSince(delivered, now)
 	waited := max(0, now.Sub(since))
-	if waited >= w.unknownKindWait {
-		f.log.Error("no handler registered for the job's kind; dead-lettering", "waited", waited, "limit", w.unknownKindWait)
+	if waited >= r.unknownKindWait {
+		f.log.Error("no handler registered for the job's kind; dead-lettering", "waited", waited, "limit", r.unknownKindWait)
 		reason = fmt.Sprintf("%s after waiting %v for one", reason, roundWait(waited))
 		return deadLetterOf(f, original(f.env), CauseNoHandler, reason, nil)
 	}
-	delay := min(unknownKindInterval, w.unknownKindWait-waited)
+	delay := min(unknownKindInterval, r.unknownKindWait-waited)
 	next := f.env
 	next.Priority = 0
 	msg, _ := next.Message() // cannot fail for an envelope that just decoded
@@ -207,10 +207,10 @@ func roundWait(d time.Duration) time.Duration {
 // interrupted settles a job whose handler was cancelled: by a stop that ran
 // out of time, or because its delivery was lost with its consumer. That is
 // not the job's fault: it goes back as it was.
-func (w *Worker) interrupted(ctx context.Context, f *jobFacts, err error) settlement {
+func (r *jobRunner) interrupted(ctx context.Context, f *jobFacts, err error) settlement {
 	log := f.log
 	out := Outcome{Result: Requeued, Err: err}
-	if w.poisonAfter > 0 && errors.Is(context.Cause(ctx), errStopTimedOut) {
+	if r.poisonAfter > 0 && errors.Is(context.Cause(ctx), errStopTimedOut) {
 		// Nor a crash: published again unchanged and acked, as an unstarted
 		// delivery is, so that PoisonAfter does not count it (requeued, it
 		// would come back redelivered).

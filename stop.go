@@ -89,14 +89,14 @@ const giveBackTimeout = 10 * time.Second
 // a requeued delivery comes back flagged as redelivered, and would be
 // counted as if it had been in flight at a crash; a copy goes to the back
 // of its queue instead. ctx's values (not its end) go with the publish.
-func (w *Worker) giveBack(ctx context.Context, q *queueConfig, d broker.Delivery) {
-	if w.poisonAfter == 0 {
-		requeue(d, jobLog{l: w.log, queue: q.broker})
+func (r *jobRunner) giveBack(ctx context.Context, q *queueConfig, d broker.Delivery) {
+	if r.poisonAfter == 0 {
+		requeue(d, jobLog{l: r.log, queue: q.broker})
 		return
 	}
-	ctx, cancel := w.clock.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+	ctx, cancel := r.clock.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
 	defer cancel()
-	_ = w.setAside(ctx, q, d) // counted and logged
+	_ = r.setAside(ctx, q, d) // counted and logged
 }
 
 func requeue(d broker.Delivery, log jobLog) {

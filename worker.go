@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -119,31 +118,22 @@ type Worker struct {
 	queues          []*queueConfig
 	schedules       []*scheduleActor // AddSchedule's, before Run
 	concurrency     int
-	jobTimeout      time.Duration
 	shutdownTimeout time.Duration
 	poisonAfter     int
-	maxBytes        int           // negative: no limit
-	unknownKindWait time.Duration // negative: dead-letter at once
+	hookCalls       hookCaller // calls hooks, each guarded (the scheduler's)
+	clock           clock.Clock
+	log             *slog.Logger
+	jitter          jitterSources // WorkerConfig.Rand's
 
-	overridesMu sync.Mutex                     // serialises changes of overrides
-	overrides   atomic.Pointer[retryOverrides] // read on every job, without a lock
-	middleware  []Middleware
-	hooks       *Hooks
-	hookCalls   hookCaller // calls hooks, each guarded
-	clock       clock.Clock
-	log         *slog.Logger
-	jitter      jitterSources // WorkerConfig.Rand's
-
+	jobs        *jobRunner             // what the handler goroutines run
 	hold        *holdActor             // set by Run before its queue actors start
 	cancels     *cancelsActor          // nil when the backend keeps no ledger of cancellations
 	queueActors map[string]*queueActor // by Queue.Name, of w.queues
 	settler     *settler               // carries out the settlements
 	abandoned   atomic.Int64           // queues (and handlers of lost consumers) a stop gave up on
-	givenBack   givenBack              // deliveries requeued after a failed republish (PoisonAfter)
 
-	mu       sync.Mutex
-	state    workerState
-	handlers map[string]handler
+	mu    sync.Mutex
+	state workerState
 }
 
 type workerState int
@@ -185,11 +175,11 @@ func NewWorker(backend broker.Backend, set QueueSet, cfg *WorkerConfig) (*Worker
 		w.concurrency = cfg.Concurrency
 	}
 	if w.cancels = newCancelsActor(w); w.cancels != nil {
+		w.jobs.cancels = w.cancels
 		for _, a := range w.queueActors {
 			a.gated = true // until the ledger is read
 		}
 	}
-	w.overrides.Store(&retryOverrides{})
 	return w, nil
 }
 
@@ -219,28 +209,36 @@ func newWorker(backend broker.Backend, set *queueSet, cfg *WorkerConfig) *Worker
 	w := &Worker{
 		backend:         backend,
 		set:             set,
-		jobTimeout:      cfg.JobTimeout,
 		shutdownTimeout: cmp.Or(cfg.ShutdownTimeout, DefaultShutdownTimeout),
 		poisonAfter:     cfg.PoisonAfter,
-		maxBytes:        cmp.Or(cfg.MaxMessageBytes, DefaultMaxMessageBytes),
-		unknownKindWait: cmp.Or(cfg.UnknownKindWait, DefaultUnknownKindWait),
-		middleware:      slices.Clone(cfg.Middleware),
-		hooks:           cfg.Hooks,
 		clock:           orRealClock(cfg.Clock),
 		jitter:          newJitter(cfg.Rand),
 		log:             orDefaultLogger(cfg.Logger),
-		handlers:        map[string]handler{},
 		queueActors:     map[string]*queueActor{},
 	}
-	w.hookCalls = hookCaller{hooks: w.hooks, backend: backend.Name(), set: set, log: w.log}
+	w.hookCalls = hookCaller{hooks: cfg.Hooks, backend: backend.Name(), set: set, log: w.log}
+	given := &givenBack{}
+	unknownKindWait := cmp.Or(cfg.UnknownKindWait, DefaultUnknownKindWait)
 	w.settler = &settler{
 		backend: backend, set: set, clock: w.clock, hooks: w.hookCalls,
 		onDeadLetter:    cfg.OnDeadLetter,
-		unknownKindWait: w.unknownKindWait,
+		unknownKindWait: unknownKindWait,
 		republishDelay:  cmp.Or(cfg.RepublishDelay, DefaultRepublishDelay),
 		republishJitter: w.jitter.republish,
 		poisonAfter:     w.poisonAfter,
-		givenBack:       &w.givenBack,
+		givenBack:       given,
+	}
+	w.jobs = &jobRunner{
+		backend: backend, set: set, handlers: map[string]handler{},
+		middleware: slices.Clone(cfg.Middleware), hooks: cfg.Hooks, hookCalls: w.hookCalls,
+		clock: w.clock, log: w.log, retryJitter: w.jitter.retry,
+		jobTimeout:      cfg.JobTimeout,
+		poisonAfter:     w.poisonAfter,
+		maxBytes:        cmp.Or(cfg.MaxMessageBytes, DefaultMaxMessageBytes),
+		unknownKindWait: unknownKindWait,
+		overrides:       &retryOverrideSet{},
+		settler:         w.settler,
+		givenBack:       given,
 	}
 	return w
 }
@@ -326,7 +324,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer w.hold.Stop()
 	tasks, quit := make(chan task, buffer), make(chan struct{})
 	pool := w.startPool(tasks, quit)
-	w.log.Info("worker starting", "queues", len(w.queues), "concurrency", w.concurrency, "handlers", len(w.handlers))
+	w.log.Info("worker starting", "queues", len(w.queues), "concurrency", w.concurrency, "handlers", len(w.jobs.handlers))
 	err := w.supervisor(ctx, fail, tasks).Run(ctx)
 	close(quit) // the pool's channel stays open: a queue actor abandoned by the supervisor may still send
 	w.waitPool(pool)
@@ -343,7 +341,7 @@ func (w *Worker) startRunning() error {
 	switch {
 	case w.state != workerIdle:
 		return ErrWorkerStopped
-	case len(w.handlers) == 0 && len(w.schedules) == 0:
+	case len(w.jobs.handlers) == 0 && len(w.schedules) == 0:
 		return ErrNoHandlers
 	}
 	w.state = workerRunning
@@ -378,7 +376,7 @@ func (w *Worker) declareQueues(ctx context.Context) error {
 func (w *Worker) startPool(tasks <-chan task, quit <-chan struct{}) *sync.WaitGroup {
 	pool := new(sync.WaitGroup)
 	for slot := range w.concurrency {
-		pool.Go(func() { w.serve(slot, tasks, quit) })
+		pool.Go(func() { w.jobs.serve(slot, tasks, quit) })
 	}
 	return pool
 }
@@ -428,7 +426,7 @@ func (w *Worker) supervisor(ctx context.Context, fail context.CancelCauseFunc, t
 // has no handler at all (a worker that only leads schedules would hold
 // every job back for want of one).
 func (w *Worker) consumed() []*queueConfig {
-	if len(w.handlers) == 0 {
+	if len(w.jobs.handlers) == 0 {
 		return nil
 	}
 	return w.queues
@@ -464,7 +462,7 @@ func (w *Worker) SetQueueRetryPolicy(name string, p *RetryPolicy) error {
 	if _, ok := w.set.byName[name]; !ok {
 		return fmt.Errorf("%w: queue %q is not in the worker's queue set", ErrUnknownQueue, name)
 	}
-	return w.setOverride(false, name, p)
+	return w.jobs.overrides.set(false, name, p)
 }
 
 // SetKindRetryPolicy sets, while the worker runs, the retry policy of jobs
@@ -474,57 +472,5 @@ func (w *Worker) SetKindRetryPolicy(kind string, p *RetryPolicy) error {
 	if err := checkKind(kind); err != nil {
 		return err
 	}
-	return w.setOverride(true, kind, p)
-}
-
-// retryOverrides are the retry policies set while a worker runs. A value
-// that has been published is never changed, only replaced by a copy.
-type retryOverrides struct {
-	byQueue map[string]RetryPolicy // by Queue.Name
-	byKind  map[string]RetryPolicy // by job kind
-}
-
-// setOverride publishes a copy of the overrides in which key (a kind, or
-// else a queue name) has p, or nothing for a nil p.
-func (w *Worker) setOverride(kind bool, key string, p *RetryPolicy) error {
-	if p != nil {
-		if err := p.validate(); err != nil {
-			return err
-		}
-	}
-	w.overridesMu.Lock()
-	defer w.overridesMu.Unlock()
-	next := *w.overrides.Load()
-	m := &next.byQueue
-	if kind {
-		m = &next.byKind
-	}
-	*m = maps.Clone(*m)
-	if p == nil {
-		delete(*m, key)
-	} else {
-		if *m == nil {
-			*m = map[string]RetryPolicy{}
-		}
-		(*m)[key] = *p
-	}
-	w.overrides.Store(&next)
-	return nil
-}
-
-// retryPolicy is the policy a failure of job is judged by: the job's own
-// (RetryPolicer, decided from its content), else a runtime override for
-// its kind, else one for its queue, else the queue's.
-func (w *Worker) retryPolicy(q *queueConfig, kind string, h handler, job decodedJob) RetryPolicy {
-	if p, ok := h.ownPolicy(job); ok {
-		return p
-	}
-	o := w.overrides.Load()
-	if p, ok := o.byKind[kind]; ok {
-		return p
-	}
-	if p, ok := o.byQueue[q.Name]; ok {
-		return p
-	}
-	return q.retry
+	return w.jobs.overrides.set(true, kind, p)
 }
