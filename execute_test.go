@@ -2,8 +2,10 @@ package queuey_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/queuey-go/queuey"
@@ -278,4 +281,41 @@ func TestTheWaitForAHandlerStartsWhenAWorkerFirstFindsNone(t *testing.T) {
 			t.Errorf("dead letters: %+v, want one: %q", stored, want)
 		}
 	})
+}
+
+// A handler on a mock clock (benbjohnson/clock's, passed as
+// WorkerConfig.Clock as it is) may read its ctx's error while the move
+// that ends its job timeout is cancelling that ctx: the mock's own timeout
+// contexts read their error without the lock they write it under, a data
+// race under -race; the worker's are read under it.
+func TestAHandlerReadsItsTimeoutOnAMockClockWithoutARace(t *testing.T) {
+	mock := clock.NewMock()
+	backend := memory.New(&memory.Options{Clock: mock})
+	defer backend.Close()
+	set := queuey.QueueSet{Prefix: "test", Queues: []queuey.Queue{{Name: "p", JobTimeout: time.Second, Retry: &queuey.RetryPolicy{MaxAttempts: 1}}}}
+	cfg := &queuey.WorkerConfig{Clock: mock, Logger: slog.New(slog.DiscardHandler), UnknownKindWait: -1}
+	producer, err := queuey.NewProducer(t.Context(), backend, set, &queuey.ProducerConfig{Clock: mock})
+	must(t, err)
+	worker, err := queuey.NewWorker(backend, set, cfg)
+	must(t, err)
+	started, ended := make(chan struct{}), make(chan error, 1)
+	must(t, queuey.Handle(worker, func(ctx context.Context, _ pJob, _ queuey.JobContext) error {
+		close(started)
+		for ctx.Err() == nil { // read while the move below ends it
+			runtime.Gosched()
+		}
+		ended <- ctx.Err()
+		return ctx.Err()
+	}))
+	ctx, stop := context.WithCancel(t.Context())
+	ran := make(chan error, 1)
+	go func() { ran <- worker.Run(ctx) }()
+	mustID(t)(producer.Enqueue(t.Context(), pJob{}))
+	<-started
+	mock.Add(time.Second)
+	if err := <-ended; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("the handler's ctx ended with %v, want context.DeadlineExceeded", err)
+	}
+	stop()
+	must(t, <-ran)
 }

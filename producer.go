@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/internal/mockctx"
 )
 
 // DefaultMaxMessageBytes is the largest encoded job a Producer sends unless
@@ -370,11 +371,14 @@ func checkKind(kind string) error {
 	return nil
 }
 
+// orRealClock is c, the real clock when c is nil; a *clock.Mock's
+// timeout contexts are made race-free (package mockctx): the worker reads
+// their errors, and so may a handler, while a test moves the clock.
 func orRealClock(c clock.Clock) clock.Clock {
 	if c == nil {
 		return clock.New()
 	}
-	return c
+	return mockctx.Guard(c)
 }
 
 func orDefaultLogger(l *slog.Logger) *slog.Logger {

@@ -93,7 +93,10 @@ type WorkerConfig struct {
 	// CauseNoHandler, the wait in the reason) and logged at ERROR.
 	// Default DefaultUnknownKindWait; negative: dead-letter it at once.
 	UnknownKindWait time.Duration
-	// Clock drives timeouts, backoffs and restarts. Default: the real clock.
+	// Clock drives timeouts, backoffs and restarts. A *clock.Mock's
+	// timeout contexts (a job's JobTimeout) are made so that their error
+	// can be read while the mock ends them (the mock's own read it
+	// without a lock: a data race under -race). Default: the real clock.
 	Clock clock.Clock
 	// Rand seeds every random choice of the worker: the jitter of retry
 	// backoffs (Backoff.Jitter), of republish backoffs (RepublishDelay)

@@ -1,9 +1,12 @@
 package clocktest
 
 import (
+	"context"
 	"time"
 
 	"github.com/benbjohnson/clock"
+
+	"github.com/queuey-go/queuey/internal/mockctx"
 )
 
 // Clock is the harness's mock clock: a clock.Mock whose timers (Timer,
@@ -18,7 +21,8 @@ import (
 // of the clock in the system with it. Made here, a timer is an AfterFunc
 // whose function sends on the timer's channel: making it fires nothing,
 // and firing it holds no lock while it sends. A timer made already due
-// fires at once, as clock.Mock's does.
+// fires at once, as clock.Mock's does. Its timeout contexts (WithTimeout,
+// WithDeadline) read their error under a lock, where clock.Mock's do not.
 type Clock struct {
 	*clock.Mock
 }
@@ -53,3 +57,16 @@ func (c *Clock) After(d time.Duration) <-chan time.Time { return c.Timer(d).C }
 
 // Sleep waits until the clock has moved d on.
 func (c *Clock) Sleep(d time.Duration) { <-c.After(d) }
+
+// WithTimeout returns a copy of parent that ends once the clock has moved
+// d on. Unlike clock.Mock's, its error is read under the lock it is
+// written under: a handler may read it while a move ends it.
+func (c *Clock) WithTimeout(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return mockctx.WithDeadline(c, parent, c.Now().Add(d))
+}
+
+// WithDeadline returns a copy of parent that ends once the clock reaches
+// deadline (see WithTimeout).
+func (c *Clock) WithDeadline(parent context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+	return mockctx.WithDeadline(c, parent, deadline)
+}

@@ -1,6 +1,9 @@
 package clocktest_test
 
 import (
+	"context"
+	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -55,6 +58,28 @@ func TestATimerMadeDueFiresAtOnce(t *testing.T) {
 		}
 		if c.Timer(time.Second).Stop() != true {
 			t.Error("Stop of a timer not fired yet = false; want true")
+		}
+	})
+}
+
+// A timeout ctx ends once the clock has moved past it, with
+// context.DeadlineExceeded, and its error can be read while the move ends
+// it (run under -race: clock.Mock's own read it without a lock).
+func TestATimeoutEndsWhenTheClockMovesPastIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := clocktest.NewClock()
+		ctx, cancel := c.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		read := make(chan error)
+		go func() {
+			for ctx.Err() == nil {
+				runtime.Gosched()
+			}
+			read <- ctx.Err()
+		}()
+		c.Add(time.Second)
+		if err := <-read; !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("read %v; want context.DeadlineExceeded", err)
 		}
 	})
 }

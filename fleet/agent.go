@@ -17,6 +17,7 @@ import (
 
 	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/internal/mockctx"
 	"github.com/queuey-go/queuey/internal/relisten"
 )
 
@@ -122,6 +123,7 @@ func NewAgent(backend broker.Backend, set queuey.QueueSet, opts *Options) (*Agen
 	if a.opts.Clock == nil {
 		a.opts.Clock = clock.New()
 	}
+	a.opts.Clock = mockctx.Guard(a.opts.Clock) // a mock's timeout contexts, race-free
 	if a.opts.Interval <= 0 {
 		a.opts.Interval = DefaultInterval
 	}
