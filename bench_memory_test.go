@@ -75,42 +75,75 @@ func runMemJobs[J queuey.Job](b *testing.B, be broker.Backend, set queuey.QueueS
 	if err != nil {
 		b.Fatal(err)
 	}
+	w := startMemWorker[J](b, be, set, wcfg)
+	defer w.stop()
+	if _, err := producer.Enqueue(ctx, job(0, "")); err != nil {
+		b.Fatal(err)
+	}
+	<-w.done // the warm-up job
+	names := make([]string, len(set.Queues))
+	for i, q := range set.Queues {
+		names[i] = q.Name
+	}
+	w.target.Store(int64(b.N) + 1)
+
+	b.ReportAllocs()
+	b.ResetTimer()
+	enqueueMemJobs(b, func(i int) error {
+		q := "" // the job's default queue
+		if len(names) > 1 {
+			q = names[i%len(names)]
+		}
+		_, err := producer.Enqueue(ctx, job(i, q))
+		return err
+	})
+	<-w.done
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+}
+
+// memWorker is a running worker of the memory benchmarks, whose handler
+// counts the jobs it ran and signals done when it has run target.
+type memWorker struct {
+	target atomic.Int64
+	done   chan struct{}
+	stop   func() // stops the worker and reports its error
+}
+
+// startMemWorker starts a worker of set on be whose handler of J counts
+// the jobs; its target is 1, the warm-up job.
+func startMemWorker[J queuey.Job](b *testing.B, be broker.Backend, set queuey.QueueSet, wcfg queuey.WorkerConfig) *memWorker {
+	b.Helper()
 	worker, err := queuey.NewWorker(be, set, &wcfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var handled, target atomic.Int64
-	target.Store(1) // the warm-up job
-	done := make(chan struct{}, 1)
+	w := &memWorker{done: make(chan struct{}, 1)}
+	w.target.Store(1)
+	var handled atomic.Int64
 	if err := queuey.Handle(worker, func(context.Context, J, queuey.JobContext) error {
-		if handled.Add(1) == target.Load() {
-			done <- struct{}{}
+		if handled.Add(1) == w.target.Load() {
+			w.done <- struct{}{}
 		}
 		return nil
 	}); err != nil {
 		b.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
+	runCtx, stop := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- worker.Run(runCtx) }()
-	defer func() {
+	w.stop = func() {
 		stop()
 		if err := <-ran; err != nil {
 			b.Error(err)
 		}
-	}()
-	if _, err := producer.Enqueue(ctx, job(0, "")); err != nil {
-		b.Fatal(err)
 	}
-	<-done
-	names := make([]string, len(set.Queues))
-	for i, q := range set.Queues {
-		names[i] = q.Name
-	}
-	target.Store(int64(b.N) + 1)
+	return w
+}
 
-	b.ReportAllocs()
-	b.ResetTimer()
+// enqueueMemJobs calls enqueue with 0 to b.N-1 from benchMemProducers
+// goroutines at once.
+func enqueueMemJobs(b *testing.B, enqueue func(i int) error) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range benchMemProducers {
@@ -120,11 +153,7 @@ func runMemJobs[J queuey.Job](b *testing.B, be broker.Backend, set queuey.QueueS
 				if i >= int64(b.N) {
 					return
 				}
-				q := "" // the job's default queue
-				if len(names) > 1 {
-					q = names[i%int64(len(names))]
-				}
-				if _, err := producer.Enqueue(ctx, job(int(i), q)); err != nil {
+				if err := enqueue(int(i)); err != nil {
 					b.Error(err)
 					return
 				}
@@ -132,9 +161,6 @@ func runMemJobs[J queuey.Job](b *testing.B, be broker.Backend, set queuey.QueueS
 		})
 	}
 	wg.Wait()
-	<-done
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 }
 
 // BenchmarkMemoryEndToEnd: producer, memory backend, worker (prefetch 16,

@@ -35,30 +35,7 @@ func TestDeadLettersCanBeListedShownAndReplayed(t *testing.T) {
 
 		dl, err := queuey.NewDeadLetters(ctx, h.Backend, app, &queuey.ProducerConfig{Clock: h.Clock})
 		must(t, err)
-		list, err := dl.List(ctx, "beta")
-		must(t, err)
-		if len(list) != 4 {
-			t.Fatalf("listed %d dead letters, want 4", len(list))
-		}
-		// Their publishes are made at once, in any order.
-		ia := slices.IndexFunc(list, func(d queuey.DeadLetter) bool { return d.ID == a })
-		if ia < 0 {
-			t.Fatalf("no dead letter of a in %+v", list)
-		}
-		if got := list[ia]; got.Kind != "beta_job" || got.Attempts != 1 || got.Age != time.Hour ||
-			got.CorrelationID != "c-a" || !strings.Contains(got.Reason, "a: upstream said no") || !strings.Contains(string(got.Payload), `"a"`) {
-			t.Errorf("a's dead letter: %+v", got)
-		}
-		if got := list[ia]; got.Cause != queuey.CauseFatal || got.Headers["x-queuey-dead-letter-cause"] != "fatal" {
-			t.Errorf("a's dead letter: cause %q, header %q, want fatal in both", got.Cause, got.Headers["x-queuey-dead-letter-cause"])
-		}
-		im := slices.IndexFunc(list, func(d queuey.DeadLetter) bool { return d.Malformed })
-		if im < 0 || string(list[im].Body) != "not json" || list[im].Cause != queuey.CauseMalformed {
-			t.Errorf("the malformed dead letter: %+v", list)
-		}
-		if len(h.Backend.DeadLetters(qBeta)) != 4 {
-			t.Errorf("listing must put everything back")
-		}
+		checkDeadLetterList(t, h, dl, a)
 		shown, err := dl.Show(ctx, "beta", b)
 		if err != nil || shown.ID != b {
 			t.Errorf("Show: %+v, %v", shown, err)
@@ -66,39 +43,76 @@ func TestDeadLettersCanBeListedShownAndReplayed(t *testing.T) {
 		if _, err := dl.Show(ctx, "beta", "nope"); !errors.Is(err, queuey.ErrNotFound) {
 			t.Errorf("Show of a missing id: %v", err)
 		}
-
 		fatal = false
-		var progress []int
-		n, err := dl.Replay(ctx, "beta", queuey.ReplayOptions{Select: queuey.ByID(a, c), Progress: func(done, total int) {
-			progress = append(progress, done)
-		}})
-		if err != nil || n != 2 {
-			t.Fatalf("replay: %d, %v", n, err)
-		}
-		h.Advance(time.Second)
-		wantShapes(t, h.Log.Of(a), shape{1, 0, 0}, shape{1, 0, 0})
-		wantShapes(t, h.Log.Of(c), shape{1, 0, 0}, shape{1, 0, 0})
-		if len(progress) != 2 || progress[1] != 2 {
-			t.Errorf("progress: %v", progress)
-		}
-		left := h.Backend.DeadLetters(qBeta)
-		if len(left) != 2 || left[0].ID != b {
-			t.Errorf("left in the dead letters: %+v, want b and the malformed one", left)
-		}
-
-		n, err = dl.Replay(ctx, "beta", queuey.ReplayOptions{Select: queuey.All(), After: 30 * time.Second})
-		if err != nil || n != 1 {
-			t.Fatalf("deferred replay: %d, %v", n, err)
-		}
-		if h.Backend.Held(qBeta) != 1 {
-			t.Errorf("the deferred replay is not held")
-		}
-		h.Advance(30 * time.Second)
-		wantShapes(t, h.Log.Of(b), shape{1, 0, 0}, shape{1, 0, 10})
-		if left := h.Backend.DeadLetters(qBeta); len(left) != 1 || string(left[0].Body) != "not json" {
-			t.Errorf("left: %+v, want only the malformed body", left)
-		}
+		checkReplays(t, h, dl, [3]string{a, b, c})
 	})
+}
+
+// checkDeadLetterList checks the list of beta's dead letters: a's (fatal,
+// correlation id c-a), two more and a malformed body, all left in place.
+func checkDeadLetterList(t *testing.T, h *clocktest.Harness, dl *queuey.DeadLetters, a string) {
+	t.Helper()
+	list, err := dl.List(t.Context(), "beta")
+	must(t, err)
+	if len(list) != 4 {
+		t.Fatalf("listed %d dead letters, want 4", len(list))
+	}
+	// Their publishes are made at once, in any order.
+	ia := slices.IndexFunc(list, func(d queuey.DeadLetter) bool { return d.ID == a })
+	if ia < 0 {
+		t.Fatalf("no dead letter of a in %+v", list)
+	}
+	if got := list[ia]; got.Kind != "beta_job" || got.Attempts != 1 || got.Age != time.Hour ||
+		got.CorrelationID != "c-a" || !strings.Contains(got.Reason, "a: upstream said no") || !strings.Contains(string(got.Payload), `"a"`) {
+		t.Errorf("a's dead letter: %+v", got)
+	}
+	if got := list[ia]; got.Cause != queuey.CauseFatal || got.Headers["x-queuey-dead-letter-cause"] != "fatal" {
+		t.Errorf("a's dead letter: cause %q, header %q, want fatal in both", got.Cause, got.Headers["x-queuey-dead-letter-cause"])
+	}
+	im := slices.IndexFunc(list, func(d queuey.DeadLetter) bool { return d.Malformed })
+	if im < 0 || string(list[im].Body) != "not json" || list[im].Cause != queuey.CauseMalformed {
+		t.Errorf("the malformed dead letter: %+v", list)
+	}
+	if len(h.Backend.DeadLetters(qBeta)) != 4 {
+		t.Errorf("listing must put everything back")
+	}
+}
+
+// checkReplays replays a and c by id, then everything after 30 s (b; the
+// malformed body stays), and checks that each job ran again.
+func checkReplays(t *testing.T, h *clocktest.Harness, dl *queuey.DeadLetters, ids [3]string) {
+	t.Helper()
+	ctx, a, b, c := t.Context(), ids[0], ids[1], ids[2]
+	var progress []int
+	n, err := dl.Replay(ctx, "beta", queuey.ReplayOptions{Select: queuey.ByID(a, c), Progress: func(done, total int) {
+		progress = append(progress, done)
+	}})
+	if err != nil || n != 2 {
+		t.Fatalf("replay: %d, %v", n, err)
+	}
+	h.Advance(time.Second)
+	wantShapes(t, h.Log.Of(a), shape{1, 0, 0}, shape{1, 0, 0})
+	wantShapes(t, h.Log.Of(c), shape{1, 0, 0}, shape{1, 0, 0})
+	if len(progress) != 2 || progress[1] != 2 {
+		t.Errorf("progress: %v", progress)
+	}
+	left := h.Backend.DeadLetters(qBeta)
+	if len(left) != 2 || left[0].ID != b {
+		t.Errorf("left in the dead letters: %+v, want b and the malformed one", left)
+	}
+
+	n, err = dl.Replay(ctx, "beta", queuey.ReplayOptions{Select: queuey.All(), After: 30 * time.Second})
+	if err != nil || n != 1 {
+		t.Fatalf("deferred replay: %d, %v", n, err)
+	}
+	if h.Backend.Held(qBeta) != 1 {
+		t.Errorf("the deferred replay is not held")
+	}
+	h.Advance(30 * time.Second)
+	wantShapes(t, h.Log.Of(b), shape{1, 0, 0}, shape{1, 0, 10})
+	if left := h.Backend.DeadLetters(qBeta); len(left) != 1 || string(left[0].Body) != "not json" {
+		t.Errorf("left: %+v, want only the malformed body", left)
+	}
 }
 
 // failingPublish refuses every publish to a work queue.

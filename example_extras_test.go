@@ -184,8 +184,18 @@ func ExampleDeadLetters() {
 	// With the bug fixed, a new worker runs the replayed job.
 	n, err := dls.Replay(ctx, "api", queuey.ReplayOptions{Select: queuey.ByKind("call_api")})
 	fmt.Println("replayed:", n, err)
+	runFixed(backend, set)
+	// Output:
+	// dead letter: call_api, 1 attempt, "fatal error: job 7: no such account"
+	// replayed: 1 <nil>
+	// replayed job 7: attempt 1
+	// stopped: <nil>
+}
 
-	worker, err = queuey.NewWorker(backend, set, &queuey.WorkerConfig{Logger: slog.New(slog.DiscardHandler)})
+// runFixed runs ExampleDeadLetters' replayed job on a new worker, its
+// handler fixed, and stops that worker.
+func runFixed(backend *memory.Backend, set queuey.QueueSet) {
+	worker, err := queuey.NewWorker(backend, set, &queuey.WorkerConfig{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		panic(err)
 	}
@@ -198,12 +208,7 @@ func ExampleDeadLetters() {
 	if err != nil {
 		panic(err)
 	}
-	stop = startWorker(worker)
+	stop := startWorker(worker)
 	<-ran
 	fmt.Println("stopped:", stop())
-	// Output:
-	// dead letter: call_api, 1 attempt, "fatal error: job 7: no such account"
-	// replayed: 1 <nil>
-	// replayed job 7: attempt 1
-	// stopped: <nil>
 }

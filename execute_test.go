@@ -140,38 +140,10 @@ func TestAJobOfAnUnknownKindWaitsForAWorkerWithItsHandler(t *testing.T) {
 	logs, u := &logRecorder{}, &unknownKind{}
 	opts := &clocktest.Options{Logger: slog.New(logs), Worker: u.config(0)}
 	clocktest.Run(t, app, opts, func(t *testing.T, h *clocktest.Harness) {
-		ctx := t.Context()
 		handleAll(t, h.Worker, h.Clock)
-		id := mustID(t)(h.Producer.Enqueue(ctx, orphanJob{named("new kind")}))
+		id := mustID(t)(h.Producer.Enqueue(t.Context(), orphanJob{named("new kind")}))
 		h.Advance(time.Minute - time.Millisecond)
-		results, publishes, dead := u.seen()
-		if len(dead) != 0 || len(h.Backend.DeadLetters(qAlpha)) != 0 {
-			t.Fatalf("dead-lettered at once: %+v", dead)
-		}
-		if diff := cmp.Diff([]queuey.Result{queuey.Unhandled}, results); diff != "" {
-			t.Errorf("outcomes before the interval (-want +got):\n%s", diff)
-		}
-		if held := h.Backend.Held(qAlpha); held != 1 {
-			t.Errorf("held: got %d, want the job", held)
-		}
-		type republish struct {
-			Op                           queuey.PublishOp
-			Attempt, Deferrals, Priority int
-			Delay                        time.Duration
-		}
-		var got []republish
-		for _, p := range publishes { // the worker's: the producer's enqueue is not among them
-			got = append(got, republish{p.Op, p.Attempt, p.Deferrals, p.Priority, p.Delay})
-		}
-		if diff := cmp.Diff([]republish{{queuey.OpUnhandled, 1, 0, 0, time.Minute}}, got); diff != "" {
-			t.Errorf("the hold-back's publish (-want +got):\n%s", diff)
-		}
-		if n := logs.count(heldBackLine, slog.LevelWarn); n != 1 {
-			t.Errorf("%q at WARN: %d lines, want 1", heldBackLine, n)
-		}
-		if kind, _ := logs.attrOf(heldBackLine, "kind"); kind != "orphan_job" {
-			t.Errorf("the hold-back's line names kind %q, want orphan_job", kind)
-		}
+		checkHeldBackOnce(t, h, u, logs)
 
 		h.Advance(time.Millisecond) // the interval is up: offered again, held back again
 		if results, _, _ := u.seen(); len(results) != 2 || results[1] != queuey.Unhandled {
@@ -179,24 +151,65 @@ func TestAJobOfAnUnknownKindWaitsForAWorkerWithItsHandler(t *testing.T) {
 		}
 		must(t, h.Stop())
 
-		// A worker of the new version, with the handler, on the same broker.
-		w2, err := queuey.NewWorker(h.Backend, app, &queuey.WorkerConfig{Clock: h.Clock, Logger: slog.New(slog.DiscardHandler),
-			Middleware: []queuey.Middleware{h.Log.Middleware(h.Clock)}})
-		must(t, err)
-		handleAll(t, w2, h.Clock)
-		must(t, queuey.Handle(w2, func(ctx context.Context, j orphanJob, jc queuey.JobContext) error { return j.run(ctx, h.Clock, jc) }))
-		runCtx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- w2.Run(runCtx) }()
-		h.Clock.Add(time.Minute)
-		synctest.Wait()
+		runWithTheNewHandler(t, h)
 		wantShapes(t, h.Log.Of(id), shape{1, 0, 0})
 		if acked := h.Backend.Acked(qAlpha); len(acked) != 3 || len(h.Backend.DeadLetters(qAlpha)) != 0 {
 			t.Errorf("acked %d deliveries and %d dead letters, want 3 (two hold-backs and the run) and none", len(acked), len(h.Backend.DeadLetters(qAlpha)))
 		}
-		stop()
-		must(t, <-done)
 	})
+}
+
+// checkHeldBackOnce checks that the job of an unknown kind was held back
+// once, for a minute, at priority 0, with its attempt and deferrals as
+// they were, in one WARN line that names its kind.
+func checkHeldBackOnce(t *testing.T, h *clocktest.Harness, u *unknownKind, logs *logRecorder) {
+	t.Helper()
+	results, publishes, dead := u.seen()
+	if len(dead) != 0 || len(h.Backend.DeadLetters(qAlpha)) != 0 {
+		t.Fatalf("dead-lettered at once: %+v", dead)
+	}
+	if diff := cmp.Diff([]queuey.Result{queuey.Unhandled}, results); diff != "" {
+		t.Errorf("outcomes before the interval (-want +got):\n%s", diff)
+	}
+	if held := h.Backend.Held(qAlpha); held != 1 {
+		t.Errorf("held: got %d, want the job", held)
+	}
+	type republish struct {
+		Op                           queuey.PublishOp
+		Attempt, Deferrals, Priority int
+		Delay                        time.Duration
+	}
+	var got []republish
+	for _, p := range publishes { // the worker's: the producer's enqueue is not among them
+		got = append(got, republish{p.Op, p.Attempt, p.Deferrals, p.Priority, p.Delay})
+	}
+	if diff := cmp.Diff([]republish{{queuey.OpUnhandled, 1, 0, 0, time.Minute}}, got); diff != "" {
+		t.Errorf("the hold-back's publish (-want +got):\n%s", diff)
+	}
+	if n := logs.count(heldBackLine, slog.LevelWarn); n != 1 {
+		t.Errorf("%q at WARN: %d lines, want 1", heldBackLine, n)
+	}
+	if kind, _ := logs.attrOf(heldBackLine, "kind"); kind != "orphan_job" {
+		t.Errorf("the hold-back's line names kind %q, want orphan_job", kind)
+	}
+}
+
+// runWithTheNewHandler runs, for a minute, a worker of the new version,
+// with orphanJob's handler, on h's broker.
+func runWithTheNewHandler(t *testing.T, h *clocktest.Harness) {
+	t.Helper()
+	w2, err := queuey.NewWorker(h.Backend, app, &queuey.WorkerConfig{Clock: h.Clock, Logger: slog.New(slog.DiscardHandler),
+		Middleware: []queuey.Middleware{h.Log.Middleware(h.Clock)}})
+	must(t, err)
+	handleAll(t, w2, h.Clock)
+	must(t, queuey.Handle(w2, func(ctx context.Context, j orphanJob, jc queuey.JobContext) error { return j.run(ctx, h.Clock, jc) }))
+	runCtx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w2.Run(runCtx) }()
+	h.Clock.Add(time.Minute)
+	synctest.Wait()
+	stop()
+	must(t, <-done)
 }
 
 // A job whose kind has no handler anywhere is offered again every minute

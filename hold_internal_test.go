@@ -53,8 +53,16 @@ func testHoldActorBounds(t *testing.T) {
 	if err := <-ran; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	var stopped, done int
-	for range 4 {
+	if done, stopped := countAnswers(t, answers, 4); stopped != 2 || done != 2 {
+		t.Errorf("answers after the stop: %d made, %d refused as stopped; want 2 and 2", done, stopped)
+	}
+}
+
+// countAnswers reads n of the hold actor's answers: those made, and those
+// refused because it stopped.
+func countAnswers(t *testing.T, answers *mailbox.Mailbox[queueMsg], n int) (done, stopped int) {
+	t.Helper()
+	for range n {
 		switch err := (<-answers.Receive()).(publishDone).err; {
 		case errors.Is(err, errHoldStopped):
 			stopped++
@@ -64,7 +72,5 @@ func testHoldActorBounds(t *testing.T) {
 			t.Fatalf("an answer: %v", err)
 		}
 	}
-	if stopped != 2 || done != 2 {
-		t.Errorf("answers after the stop: %d made, %d refused as stopped; want 2 and 2", done, stopped)
-	}
+	return done, stopped
 }

@@ -104,21 +104,30 @@ func TestHooksFollowAJobThroughADeferralAndARetry(t *testing.T) {
 		if diff := cmp.Diff(wantOut, hl.outcomes, cmpopts.IgnoreFields(queuey.Outcome{}, "Err", "HandlerDuration")); diff != "" {
 			t.Errorf("outcomes (-want +got):\n%s", diff)
 		}
-		if len(hl.deliveries) != 3 {
-			t.Fatalf("deliveries: got %d, want 3", len(hl.deliveries))
-		}
-		for i, d := range hl.deliveries {
-			if late := d.Started.Sub(d.DueAt); d.DueAt.IsZero() || late != 0 {
-				t.Errorf("delivery %d started %v after it was due (due %v), want exactly on time", i, late, d.DueAt)
-			}
-			if want := "from-" + string(wantPubs[i].Op); d.Headers["traceparent"] != want {
-				t.Errorf("delivery %d carried traceparent %q, want %q", i, d.Headers["traceparent"], want)
-			}
-		}
-		if d := hl.deliveries[1]; d.Job.Deferrals != 1 || d.Job.Priority != 10 {
-			t.Errorf("second delivery: %+v", d.Job)
-		}
+		checkDeliveriesOnTime(t, hl.deliveries, wantPubs[0].Op, wantPubs[1].Op, wantPubs[2].Op)
 	})
+}
+
+// checkDeliveriesOnTime checks the Deliver hook's three deliveries of
+// TestHooksFollowAJobThroughADeferralAndARetry: each started when due, each
+// carrying the trace context its publish (of op ops[i]) set, the second at
+// the deferral's priority.
+func checkDeliveriesOnTime(t *testing.T, deliveries []queuey.DeliveryInfo, ops ...queuey.PublishOp) {
+	t.Helper()
+	if len(deliveries) != 3 {
+		t.Fatalf("deliveries: got %d, want 3", len(deliveries))
+	}
+	for i, d := range deliveries {
+		if late := d.Started.Sub(d.DueAt); d.DueAt.IsZero() || late != 0 {
+			t.Errorf("delivery %d started %v after it was due (due %v), want exactly on time", i, late, d.DueAt)
+		}
+		if want := "from-" + string(ops[i]); d.Headers["traceparent"] != want {
+			t.Errorf("delivery %d carried traceparent %q, want %q", i, d.Headers["traceparent"], want)
+		}
+	}
+	if d := deliveries[1]; d.Job.Deferrals != 1 || d.Job.Priority != 10 {
+		t.Errorf("second delivery: %+v", d.Job)
+	}
 }
 
 // A delivery's due time: its enqueue for a plain enqueue (no stamp on the

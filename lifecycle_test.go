@@ -44,42 +44,55 @@ func TestGracefulShutdown(t *testing.T) {
 		if err := h.Stop(); err != nil {
 			t.Fatalf("Stop: %v", err)
 		}
-		acked := len(h.Backend.Acked(qAlpha))
-		if acked != 1 || h.Log.Len() != 1 {
-			t.Errorf("after stop: got %d acked and %d runs, want the slow job finished: 1 and 1", acked, h.Log.Len())
-		}
-		if got, want := acked+h.Backend.Pending(qAlpha), 6; got != want {
-			t.Errorf("acked + pending: got %d, want %d (nothing lost)", got, want)
-		}
-		if got := h.Backend.InFlight(qAlpha); got != 0 {
-			t.Errorf("in flight after stop: got %d, want 0", got)
-		}
-		if got := h.Backend.Held(qAlpha); got != 1 {
-			t.Errorf("held after stop: got %d, want 1", got)
-		}
-		if runs := h.Log.Of(slow); len(runs) != 1 {
-			t.Errorf("slow job runs: got %d, want 1", len(runs))
-		}
-
-		// A new worker on the same backend picks everything up.
-		w2, err := queuey.NewWorker(h.Backend, app, &queuey.WorkerConfig{Clock: h.Clock, Logger: slog.New(slog.DiscardHandler), Middleware: []queuey.Middleware{h.Log.Middleware(h.Clock)}})
-		must(t, err)
-		handleAll(t, w2, h.Clock)
-		runCtx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- w2.Run(runCtx) }()
-		synctest.Wait()
-		if got := len(h.Backend.Acked(qAlpha)); got != 6 {
-			t.Errorf("acked after the second worker: got %d, want 6", got)
-		}
-		h.Clock.Add(time.Hour)
-		synctest.Wait()
-		wantShapes(t, h.Log.Of(later), shape{1, 0, 10})
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("second worker: %v", err)
-		}
+		checkLeftAfterStop(t, h, slow)
+		pickUpAfterStop(t, h, later)
 	})
+}
+
+// checkLeftAfterStop checks what TestGracefulShutdown's stop left: the
+// slow job run once and acked, the five others back on the queue, the
+// held job still held, nothing in flight.
+func checkLeftAfterStop(t *testing.T, h *clocktest.Harness, slow string) {
+	t.Helper()
+	acked := len(h.Backend.Acked(qAlpha))
+	if acked != 1 || h.Log.Len() != 1 {
+		t.Errorf("after stop: got %d acked and %d runs, want the slow job finished: 1 and 1", acked, h.Log.Len())
+	}
+	if got, want := acked+h.Backend.Pending(qAlpha), 6; got != want {
+		t.Errorf("acked + pending: got %d, want %d (nothing lost)", got, want)
+	}
+	if got := h.Backend.InFlight(qAlpha); got != 0 {
+		t.Errorf("in flight after stop: got %d, want 0", got)
+	}
+	if got := h.Backend.Held(qAlpha); got != 1 {
+		t.Errorf("held after stop: got %d, want 1", got)
+	}
+	if runs := h.Log.Of(slow); len(runs) != 1 {
+		t.Errorf("slow job runs: got %d, want 1", len(runs))
+	}
+}
+
+// pickUpAfterStop runs a new worker on h's backend: it runs the five jobs
+// given back at once, and the held job (later) when its hour is up.
+func pickUpAfterStop(t *testing.T, h *clocktest.Harness, later string) {
+	t.Helper()
+	w2, err := queuey.NewWorker(h.Backend, app, &queuey.WorkerConfig{Clock: h.Clock, Logger: slog.New(slog.DiscardHandler), Middleware: []queuey.Middleware{h.Log.Middleware(h.Clock)}})
+	must(t, err)
+	handleAll(t, w2, h.Clock)
+	runCtx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w2.Run(runCtx) }()
+	synctest.Wait()
+	if got := len(h.Backend.Acked(qAlpha)); got != 6 {
+		t.Errorf("acked after the second worker: got %d, want 6", got)
+	}
+	h.Clock.Add(time.Hour)
+	synctest.Wait()
+	wantShapes(t, h.Log.Of(later), shape{1, 0, 10})
+	stop()
+	if err := <-done; err != nil {
+		t.Errorf("second worker: %v", err)
+	}
 }
 
 func TestShutdownCancelsHandlersThatOutliveTheTimeout(t *testing.T) {

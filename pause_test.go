@@ -54,59 +54,66 @@ func (a *fakeAPI) counts() (ok, limited int) {
 // lets the whole backlog hit the limit again and again. No job spends an
 // attempt either way.
 func TestPausingARateLimitedQueueSavesItsQueueMatesCalls(t *testing.T) {
-	const jobs, prefetch = 50, 5
-	run := func(t *testing.T, pause bool) (wasted, pauses int) {
-		q := queuey.Queue{Name: "p", Prefetch: prefetch}
-		set := queuey.QueueSet{Prefix: "rl", Queues: []queuey.Queue{q}}
-		opts := &clocktest.Options{Worker: queuey.WorkerConfig{Concurrency: prefetch}}
-		clocktest.Run(t, set, opts, func(t *testing.T, h *clocktest.Harness) {
-			api := &fakeAPI{clock: h.Clock, perSecond: 5}
-			must(t, queuey.Handle(h.Worker, func(ctx context.Context, j pJob, jc queuey.JobContext) error {
-				if wait, ok := api.call(); !ok {
-					if pause {
-						return queuey.PauseQueue(wait, "429")
-					}
-					return queuey.Defer(wait, "429")
-				}
-				return nil
-			}))
-			for range jobs {
-				mustID(t)(h.Producer.Enqueue(t.Context(), pJob{}))
-			}
-			h.Advance(time.Minute)
-			ok, limited := api.counts()
-			if ok != jobs {
-				t.Fatalf("successful calls: got %d, want %d", ok, jobs)
-			}
-			for _, r := range h.Log.Runs() {
-				if r.Attempt != 1 {
-					t.Fatalf("a run at attempt %d: a rate limit must not spend attempts", r.Attempt)
-				}
-			}
-			if dl := h.Backend.DeadLetters("rl.p"); len(dl) != 0 {
-				t.Errorf("dead letters: %d", len(dl))
-			}
-			wasted = limited
-			seconds := map[int64]bool{}
-			for _, r := range h.Log.Runs() {
-				if r.Deferrals > 0 {
-					seconds[r.At.Unix()] = true
-				}
-			}
-			pauses = len(seconds)
-		})
-		return wasted, pauses
-	}
-	wastedWithPause, limitedSeconds := run(t, true)
-	wastedWithout, _ := run(t, false)
+	wastedWithPause, limitedSeconds := runRateLimited(t, true)
+	wastedWithout, _ := runRateLimited(t, false)
 	t.Logf("calls wasted on 429s: %d with the queue pause, %d without", wastedWithPause, wastedWithout)
-	if wastedWithPause > prefetch*limitedSeconds {
+	if wastedWithPause > rateLimitedPrefetch*limitedSeconds {
 		t.Errorf("with the pause: %d wasted calls over %d limited seconds, want at most the prefetch (%d) each",
-			wastedWithPause, limitedSeconds, prefetch)
+			wastedWithPause, limitedSeconds, rateLimitedPrefetch)
 	}
 	if wastedWithout < 4*wastedWithPause {
 		t.Errorf("without the pause: %d wasted calls, want several times the %d with it", wastedWithout, wastedWithPause)
 	}
+}
+
+// The rate-limited queue of TestPausingARateLimitedQueueSavesItsQueueMatesCalls.
+const rateLimitedJobs, rateLimitedPrefetch = 50, 5
+
+// runRateLimited runs the rate-limited jobs, each answered 429 with a
+// PauseQueue (pause) or a Defer, and checks that each ran once with
+// success and none spent an attempt. It returns the calls wasted on 429s
+// and the number of seconds in which some were.
+func runRateLimited(t *testing.T, pause bool) (wasted, pauses int) {
+	q := queuey.Queue{Name: "p", Prefetch: rateLimitedPrefetch}
+	set := queuey.QueueSet{Prefix: "rl", Queues: []queuey.Queue{q}}
+	opts := &clocktest.Options{Worker: queuey.WorkerConfig{Concurrency: rateLimitedPrefetch}}
+	clocktest.Run(t, set, opts, func(t *testing.T, h *clocktest.Harness) {
+		api := &fakeAPI{clock: h.Clock, perSecond: 5}
+		must(t, queuey.Handle(h.Worker, func(ctx context.Context, j pJob, jc queuey.JobContext) error {
+			if wait, ok := api.call(); !ok {
+				if pause {
+					return queuey.PauseQueue(wait, "429")
+				}
+				return queuey.Defer(wait, "429")
+			}
+			return nil
+		}))
+		for range rateLimitedJobs {
+			mustID(t)(h.Producer.Enqueue(t.Context(), pJob{}))
+		}
+		h.Advance(time.Minute)
+		ok, limited := api.counts()
+		if ok != rateLimitedJobs {
+			t.Fatalf("successful calls: got %d, want %d", ok, rateLimitedJobs)
+		}
+		for _, r := range h.Log.Runs() {
+			if r.Attempt != 1 {
+				t.Fatalf("a run at attempt %d: a rate limit must not spend attempts", r.Attempt)
+			}
+		}
+		if dl := h.Backend.DeadLetters("rl.p"); len(dl) != 0 {
+			t.Errorf("dead letters: %d", len(dl))
+		}
+		wasted = limited
+		seconds := map[int64]bool{}
+		for _, r := range h.Log.Runs() {
+			if r.Deferrals > 0 {
+				seconds[r.At.Unix()] = true
+			}
+		}
+		pauses = len(seconds)
+	})
+	return wasted, pauses
 }
 
 // While one queue is paused, the others keep running.
