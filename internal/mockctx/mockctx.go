@@ -13,6 +13,7 @@ package mockctx
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -80,19 +81,25 @@ type deadlineCtx struct {
 	done     chan struct{}
 	stop     func() // the deadline's timer and the watch of the parent
 
-	mu  sync.Mutex
-	err error
+	mu    sync.Mutex
+	ended bool
+	err   error
 }
 
-// finish ends ctx with err and cause, once.
+// finish ends ctx with err and cause, once. If the parent has ended
+// already (values has followed it), ctx ends as the parent did, whatever
+// finished it: its error and its cause agree.
 func (c *deadlineCtx) finish(err, cause error) {
 	c.mu.Lock()
-	if c.err != nil {
+	if c.ended {
 		c.mu.Unlock()
 		return
 	}
-	c.err = err
-	c.end(cause)
+	if parentErr := c.values.Err(); parentErr != nil {
+		err = parentErr
+	}
+	c.ended, c.err = true, err
+	c.end(cause) // nothing when values has followed the parent already
 	close(c.done)
 	stop := c.stop
 	c.mu.Unlock()
@@ -117,3 +124,8 @@ func (c *deadlineCtx) Err() error {
 
 // Value is parent's value for key.
 func (c *deadlineCtx) Value(key any) any { return c.values.Value(key) }
+
+// String names the ctx and its deadline, as the standard library's do.
+func (c *deadlineCtx) String() string {
+	return fmt.Sprintf("%v.WithDeadline(%s)", c.values, c.deadline)
+}

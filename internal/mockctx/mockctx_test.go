@@ -3,7 +3,9 @@ package mockctx_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,5 +118,32 @@ func TestGuardLeavesOtherClocksAlone(t *testing.T) {
 	real := clock.New()
 	if mockctx.Guard(real) != real {
 		t.Error("Guard wrapped the real clock")
+	}
+}
+
+// A ctx made due of a parent that has ended ends as the parent did: its
+// error and its cause agree.
+func TestACtxOfAnEndedParentEndsAsItsParent(t *testing.T) {
+	mock := clock.NewMock()
+	parent, stop := context.WithCancelCause(t.Context())
+	stop(errStop)
+	ctx, cancel := mockctx.WithDeadline(mock, parent, mock.Now())
+	defer cancel()
+	if !errors.Is(ctx.Err(), context.Canceled) || !errors.Is(context.Cause(ctx), errStop) {
+		t.Errorf("error %v, cause %v; want context.Canceled and the parent's cause", ctx.Err(), context.Cause(ctx))
+	}
+}
+
+// A ctx printed while the clock ends it reads nothing without a lock (run
+// under -race), and names its deadline.
+func TestACtxPrintsItsDeadline(t *testing.T) {
+	mock := clock.NewMock()
+	ctx, cancel := mockctx.Guard(mock).WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	printed := make(chan string)
+	go func() { printed <- fmt.Sprint(ctx) }()
+	mock.Add(time.Second)
+	if s := <-printed; !strings.Contains(s, "WithDeadline("+mock.Now().String()) {
+		t.Errorf("printed %q; want its deadline named", s)
 	}
 }
