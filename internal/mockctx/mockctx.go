@@ -32,12 +32,12 @@ func Guard(c clock.Clock) clock.Clock {
 // guarded is a *clock.Mock whose timeout contexts are this package's.
 type guarded struct{ *clock.Mock }
 
-// WithTimeout returns WithDeadline(c, parent, now+d).
+// WithTimeout returns WithDeadline(the mock, parent, now+d).
 func (g guarded) WithTimeout(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	return WithDeadline(g.Mock, parent, g.Now().Add(d))
 }
 
-// WithDeadline returns WithDeadline(c, parent, deadline).
+// WithDeadline returns WithDeadline(the mock, parent, deadline).
 func (g guarded) WithDeadline(parent context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
 	return WithDeadline(g.Mock, parent, deadline)
 }
