@@ -30,8 +30,7 @@ type jobRunner struct {
 	set             *queueSet
 	handlers        map[string]handler // by kind
 	middleware      []Middleware
-	hooks           *Hooks
-	hookCalls       hookCaller
+	hookCalls       hookCaller // the worker's hooks (the Deliver hook too), each call guarded
 	clock           clock.Clock
 	log             *slog.Logger
 	retryJitter     *rand.Rand    // retry backoffs' (Backoff.Jitter)
@@ -170,7 +169,7 @@ func (r *jobRunner) read(t task, started time.Time, rd *readDelivery) {
 // rd.jc; it returns the ctx the job runs with and the hook's call, to be
 // told the outcome (nil without a Deliver hook).
 func (r *jobRunner) deliverHook(ctx context.Context, q *queueConfig, rd *readDelivery, started time.Time) (context.Context, *deliveryHook) {
-	if r.hooks == nil || r.hooks.Deliver == nil {
+	if hooks := r.hookCalls.hooks; hooks == nil || hooks.Deliver == nil {
 		return ctx, nil
 	}
 	due := rd.msg.DueAt
@@ -199,7 +198,7 @@ type deliveryHook struct {
 func (h *deliveryHook) call(ctx context.Context) (hookCtx context.Context) {
 	hookCtx = ctx
 	defer h.r.hookCalls.recover("Deliver")
-	c, finish := h.r.hooks.Deliver(ctx, &h.info)
+	c, finish := h.r.hookCalls.hooks.Deliver(ctx, &h.info)
 	h.finish = finish
 	if c != nil {
 		hookCtx = c

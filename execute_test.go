@@ -306,7 +306,7 @@ func TestAHandlerReadsItsTimeoutOnAMockClockWithoutARace(t *testing.T) {
 	backend := memory.New(&memory.Options{Clock: mock})
 	defer backend.Close()
 	set := queuey.QueueSet{Prefix: "test", Queues: []queuey.Queue{{Name: "p", JobTimeout: time.Second, Retry: &queuey.RetryPolicy{MaxAttempts: 1}}}}
-	cfg := &queuey.WorkerConfig{Clock: mock, Logger: slog.New(slog.DiscardHandler), UnknownKindWait: -1}
+	cfg := &queuey.WorkerConfig{Clock: mock, Logger: slog.New(slog.DiscardHandler)}
 	producer, err := queuey.NewProducer(t.Context(), backend, set, &queuey.ProducerConfig{Clock: mock})
 	must(t, err)
 	worker, err := queuey.NewWorker(backend, set, cfg)

@@ -233,7 +233,7 @@ func newWorker(backend broker.Backend, set *queueSet, cfg *WorkerConfig) *Worker
 	}
 	w.jobs = &jobRunner{
 		backend: backend, set: set, handlers: map[string]handler{},
-		middleware: slices.Clone(cfg.Middleware), hooks: cfg.Hooks, hookCalls: w.hookCalls,
+		middleware: slices.Clone(cfg.Middleware), hookCalls: w.hookCalls,
 		clock: w.clock, log: w.log, retryJitter: w.jitter.retry,
 		jobTimeout:      cfg.JobTimeout,
 		poisonAfter:     w.poisonAfter,

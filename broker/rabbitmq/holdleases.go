@@ -63,6 +63,3 @@ func (l *holdLeases) reset() {
 	clear(l.byQueue)
 	l.swept = 0
 }
-
-// size is how many leases the record holds.
-func (l *holdLeases) size() int { return len(l.byQueue) }

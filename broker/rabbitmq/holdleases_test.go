@@ -41,7 +41,7 @@ func TestTheHoldLeasesAreSweptOfWhatNoLongerSparesADeclare(t *testing.T) {
 			l.declared(fmt.Sprintf("q.deferred.%d", h*perHour+i+1), time.Minute, now)
 		}
 	}
-	if got, most := l.size(), 2*perHour+1; got > most {
+	if got, most := len(l.byQueue), 2*perHour+1; got > most {
 		t.Errorf("after %d hours of %d new waits each, the record holds %d leases; want at most %d", hours, perHour, got, most)
 	}
 	last := t0.Add((hours - 1) * time.Hour)
@@ -52,7 +52,7 @@ func TestTheHoldLeasesAreSweptOfWhatNoLongerSparesADeclare(t *testing.T) {
 		}
 	}
 	l.reset()
-	if l.size() != 0 {
-		t.Errorf("after a reset the record holds %d leases; want 0", l.size())
+	if len(l.byQueue) != 0 {
+		t.Errorf("after a reset the record holds %d leases; want 0", len(l.byQueue))
 	}
 }
