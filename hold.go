@@ -35,9 +35,10 @@ func (k holdKind) String() string {
 	}
 }
 
-// holder rounds a wait to its hold queue and publishes into it. The
-// producer calls it directly; a worker's queue actors go through its hold
-// actor, which makes their publishes.
+// holder makes holds: it rounds a wait to its hold (plan) and makes the
+// declares and the publish that hold needs (carry). The record of the hold
+// queues declared is its keeper's: a worker's hold actor keeps its own,
+// and a producer its own (producerHolds).
 type holder struct {
 	backend broker.Backend
 	set     *queueSet
@@ -45,26 +46,96 @@ type holder struct {
 	clock   clock.Clock
 }
 
-func (h holder) hold(ctx context.Context, msg broker.Message, d time.Duration, kind holdKind) error {
+// plan rounds a wait of d for queue to its hold and decides, from leases,
+// whether its hold queue is declared first.
+func (h holder) plan(leases *holdLeases, queue string, d time.Duration, kind holdKind) holdPlan {
 	step := h.set.retryGranularity
 	if kind == holdDefer {
 		step = h.set.deferGranularity
 	}
 	ttl, err := broker.HoldTTL(d, step)
 	if err != nil {
-		return err
+		return holdPlan{err: err}
 	}
-	due := ttl
-	if h.quorum(msg.Queue) {
-		due = broker.LevelsTTL(ttl) // what the delay levels wait
+	spec, inSet := broker.QueueSpec{Name: queue}, false
+	if c := h.set.byBroker[queue]; c != nil && c.broker == queue {
+		spec, inSet = c.spec(), true
 	}
-	stampDue(&msg, h.clock.Now().Add(due))
-	if err := h.backend.Hold(ctx, msg, ttl); err != nil {
-		return err
+	p := leases.plan(spec, ttl, h.clock.Now())
+	p.inSet = inSet
+	return p
+}
+
+// carry makes p's hold of msg: the declare p asks for, then the publish.
+// A hold queue or a work queue found gone is declared again and the
+// publish made again. A publish held up on its way (a reconnect, an
+// alarm, a congested network) past ttl/2 from the declare it relied on is
+// followed by a declare of its hold queue, whose expiry is then 2×ttl past
+// a time the job was already in it. It returns what it learned of the
+// hold queue's lease, for the record's keeper.
+func (h holder) carry(ctx context.Context, msg broker.Message, p holdPlan) (leaseNews, error) {
+	if p.err != nil {
+		return leaseNews{}, p.err
+	}
+	stampDue(&msg, h.clock.Now().Add(p.due()))
+	var news leaseNews
+	if p.declare {
+		if err := h.declareHold(ctx, &p, &news); err != nil {
+			return news, err
+		}
+	}
+	if err := h.publishHold(ctx, msg, &p, &news); err != nil {
+		return news, err
+	}
+	if p.hold != "" && h.clock.Now().Sub(p.since) >= p.ttl/2 {
+		if err := h.declareHold(ctx, &p, &news); err != nil {
+			// The job is in a queue that may expire before its wait
+			// ends: not known to be safe, so an error (holding it again
+			// risks a duplicate, never a loss).
+			return news, fmt.Errorf("hold queue %q: declaring it again after a late publish: %w", p.hold, err)
+		}
 	}
 	if h.log.Enabled(ctx, slog.LevelDebug) { // naming the hold queue costs a little, a hold each
-		h.log.Debug("job held", "kind", kind.String(), "job_id", msg.ID, "queue", msg.Queue,
-			"hold_queue", h.holdQueue(msg.Queue, ttl), "delay", d)
+		h.log.Debug("job held", "job_id", msg.ID, "queue", msg.Queue, "hold_queue", h.holdQueue(msg.Queue, p.ttl), "wait", p.due())
+	}
+	return news, nil
+}
+
+// publishHold publishes msg into p's hold. A work queue found gone is
+// declared again, as the set declares it, and so is a hold found gone;
+// the publish is made again after each.
+func (h holder) publishHold(ctx context.Context, msg broker.Message, p *holdPlan, news *leaseNews) error {
+	err := h.backend.Hold(ctx, msg, p.ttl)
+	if errors.Is(err, broker.ErrNoQueue) && p.inSet {
+		h.log.Warn("a job is held for a work queue that is gone; declaring it again", "queue", msg.Queue, "error", err)
+		if derr := h.backend.Declare(ctx, p.spec); derr != nil {
+			return fmt.Errorf("work queue %q is gone, and declaring it again failed: %w", msg.Queue, derr)
+		}
+		err = h.backend.Hold(ctx, msg, p.ttl)
+	}
+	if errors.Is(err, broker.ErrNoHold) {
+		h.log.Warn("a job's hold is gone (deleted, or lost with a broker restart); declaring it again", "queue", msg.Queue, "error", err)
+		if derr := h.declareHold(ctx, p, news); derr != nil {
+			return fmt.Errorf("%w; declaring it again failed: %w", err, derr)
+		}
+		err = h.backend.Hold(ctx, msg, p.ttl)
+	}
+	return err
+}
+
+// declareHold declares p's hold, and notes in news (and in p) the lease
+// it took, or that there is none.
+func (h holder) declareHold(ctx context.Context, p *holdPlan, news *leaseNews) error {
+	at := h.clock.Now()
+	if err := h.backend.DeclareHold(ctx, p.spec.Name, p.ttl); err != nil {
+		if p.hold != "" {
+			*news = leaseNews{hold: p.hold, ttl: p.ttl}
+		}
+		return err
+	}
+	if p.hold != "" {
+		*news = leaseNews{hold: p.hold, ttl: p.ttl, at: at}
+		p.since = at
 	}
 	return nil
 }
@@ -78,15 +149,40 @@ func (h holder) holdQueue(queue string, ttl time.Duration) string {
 	return broker.HoldQueueName(queue, ttl)
 }
 
+// producerHolds is a producer's holder and its record of the hold queues
+// it declared, kept under its lock: a producer is called from any
+// goroutine and runs no actor.
+type producerHolds struct {
+	holder
+	mu     sync.Mutex
+	leases holdLeases
+}
+
+// hold holds msg for d, a wait of kind's.
+func (h *producerHolds) hold(ctx context.Context, msg broker.Message, d time.Duration, kind holdKind) error {
+	h.mu.Lock()
+	p := h.plan(&h.leases, msg.Queue, d, kind)
+	h.mu.Unlock()
+	news, err := h.carry(ctx, msg, p)
+	h.mu.Lock()
+	h.leases.learn(news)
+	h.mu.Unlock()
+	return err
+}
+
 // holdActor is the worker's hold actor: every publish a settlement needs
 // (a retry's or a deferral's hold, a dead letter, a copy) is a message to
 // it from the queue actor that owns the delivery. It keeps many publishes
 // in flight, as many as the deliveries that wait for one, and answers
 // each once the broker has confirmed it, never one request at a time; a
-// failed publish is an answer, not a crash. The hold queues themselves are
-// declared by the backend as it publishes into them (see
-// broker.Backend.Hold), so that a producer's waits and a worker's share
-// one record of them.
+// failed publish is an answer, not a crash.
+//
+// It owns the worker's holds: it rounds each wait to its hold and keeps
+// the record of the hold queues declared (holdleases.go), deciding as it
+// hands a hold out whether its hold queue is declared first; the
+// publishing goroutine makes the declare, the work-queue check and the
+// publish (holder.carry) and reports what it learned of the lease back to
+// the actor with the end of its publish. The backend is the transport.
 //
 // Its publishes are made by publishing goroutines that it starts as they
 // are needed, up to its limit, and that live as long as its Run: a
@@ -97,13 +193,14 @@ func (h holder) holdQueue(queue string, ttl time.Duration) string {
 type holdActor struct {
 	holder
 	inbox     *actor.Actor[holdMsg]
-	limit     int                       // publishes in flight at most
-	run       int                       // Runs so far; the actor's
-	started   []chan holdRequest        // this Run's publishing goroutines, by channel; the actor's
-	idle      []chan holdRequest        // those free for a publish; the actor's
-	waiting   []holdRequest             // requests beyond limit, oldest first; the actor's
-	publishes sync.WaitGroup            // the publishing goroutines; Run waits for them
-	publish   func(s *settlement) error // a settlement's publish and ack (settler.publishAndAck)
+	leases    holdLeases                                     // the hold queues declared; the actor's
+	limit     int                                            // publishes in flight at most
+	run       int                                            // Runs so far; the actor's
+	started   []chan holdRequest                             // this Run's publishing goroutines, by channel; the actor's
+	idle      []chan holdRequest                             // those free for a publish; the actor's
+	waiting   []holdRequest                                  // requests beyond limit, oldest first; the actor's
+	publishes sync.WaitGroup                                 // the publishing goroutines; Run waits for them
+	publish   func(*settlement, holdPlan) (leaseNews, error) // a settlement's publish and ack (settler.publishAndAck)
 }
 
 // holdMsg is a message to the hold actor: a holdRequest, or a
@@ -111,10 +208,12 @@ type holdActor struct {
 type holdMsg interface{ holdMsg() }
 
 // publishFinished: a publish the hold actor started in its run is over
-// and answered; the publishing goroutine of channel by is free.
+// and answered; the publishing goroutine of channel by is free. news is
+// what its hold learned of its hold queue's lease.
 type publishFinished struct {
-	run int
-	by  chan holdRequest
+	run  int
+	by   chan holdRequest
+	news leaseNews
 }
 
 func (holdRequest) holdMsg()     {}
@@ -137,13 +236,14 @@ type holdRequest struct {
 	delay  time.Duration
 	kind   holdKind
 	reply  actor.Reply[struct{}]
+	plan   holdPlan // the hold's, as the actor decided it
 }
 
 // newHoldActor returns a hold actor with up to inFlight publishes at once
 // (below 1 means 1), made (and their deliveries acked) by publish for
 // settlements; a request beyond them waits its turn in the actor.
-func newHoldActor(h holder, inFlight int, publish func(*settlement) error) *holdActor {
-	a := &holdActor{holder: h, limit: max(inFlight, 1), publish: publish}
+func newHoldActor(h holder, inFlight int, publish func(*settlement, holdPlan) (leaseNews, error)) *holdActor {
+	a := &holdActor{holder: h, leases: newHoldLeases(), limit: max(inFlight, 1), publish: publish}
 	// Room for every request and for every publish's end: a publish's
 	// goroutine that reports its end never waits long for the actor.
 	a.inbox = actor.New("hold", 2*a.limit, a.receive)
@@ -181,16 +281,19 @@ func (a *holdActor) refuseWaiting() {
 // Stop refuses later requests; those queued are still handled.
 func (a *holdActor) Stop() { a.inbox.Stop() }
 
-// receive starts a request's publish if there is a place for it, or
-// keeps it for the next place, and goes on to the next message without
-// waiting for the confirm; a publish's end frees its place.
+// receive plans a request's hold, if it has one, and starts its publish
+// if there is a place for it, or keeps it for the next place, and goes on
+// to the next message without waiting for the confirm; a publish's end
+// frees its place and tells what it learned of a lease.
 func (a *holdActor) receive(ctx context.Context, m holdMsg) error {
 	switch m := m.(type) {
 	case holdRequest:
+		a.planHold(&m)
 		if !a.start(ctx, m) {
 			a.waiting = append(a.waiting, m)
 		}
 	case publishFinished:
+		a.leases.learn(m.news)
 		if m.run != a.run {
 			return nil // its goroutine ended with the Run before
 		}
@@ -226,17 +329,33 @@ func (a *holdActor) start(ctx context.Context, req holdRequest) bool {
 }
 
 // publishAll makes the publishes handed to it on work, one at a time, until
-// work is closed: it answers each asker, then tells the actor that its
-// place is free (unless the actor's Run has ended: then no place is
-// waited for).
+// work is closed: it tells the actor that its place is free and what its
+// hold learned of a lease (unless the actor's Run has ended: then no place
+// is waited for), then answers the asker, whose next hold is so planned
+// on a record that knows this one's.
 func (a *holdActor) publishAll(ctx context.Context, run int, work chan holdRequest) {
 	for req := range work {
+		var news leaseNews
+		var err error
 		if req.settle != nil {
-			a.answer(req, a.publish(req.settle))
+			news, err = a.publish(req.settle, req.plan)
 		} else {
-			a.answer(req, a.hold(req.ctx, req.msg, req.delay, req.kind))
+			news, err = a.carry(req.ctx, req.msg, req.plan)
 		}
-		_ = a.inbox.Send(ctx, publishFinished{run: run, by: work})
+		_ = a.inbox.Send(ctx, publishFinished{run: run, by: work, news: news})
+		a.answer(req, err)
+	}
+}
+
+// planHold decides req's hold, if it asks for one, from the actor's
+// record of the hold queues.
+func (a *holdActor) planHold(req *holdRequest) {
+	switch {
+	case req.settle == nil:
+		req.plan = a.plan(&a.leases, req.msg.Queue, req.delay, req.kind)
+	case req.settle.action == actHold:
+		s := req.settle
+		req.plan = a.plan(&a.leases, s.msg.Queue, s.delay, s.kind)
 	}
 }
 

@@ -3,9 +3,17 @@ package queuey
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
 	"testing"
 	"testing/synctest"
+	"time"
 
+	"github.com/benbjohnson/clock"
+
+	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/broker/memory"
 	"github.com/queuey-go/queuey/mailbox"
 )
 
@@ -19,10 +27,10 @@ func TestTheHoldActorBoundsItsPublishesInFlight(t *testing.T) {
 func testHoldActorBounds(t *testing.T) {
 	started := make(chan *settlement, 10)
 	release := make(chan struct{})
-	a := newHoldActor(holder{}, 2, func(s *settlement) error {
+	a := newHoldActor(holder{}, 2, func(s *settlement, _ holdPlan) (leaseNews, error) {
 		started <- s
 		<-release
-		return nil
+		return leaseNews{}, nil
 	})
 	ctx, cancel := context.WithCancel(t.Context())
 	ran := make(chan error, 1)
@@ -73,4 +81,194 @@ func countAnswers(t *testing.T, answers *mailbox.Mailbox[queueMsg], n int) (done
 		}
 	}
 	return done, stopped
+}
+
+// holdTransport is a backend whose hold calls are recorded and fail as a
+// test tells them to; the rest is the memory backend's.
+type holdTransport struct {
+	broker.Backend
+	declared   []time.Time        // when each DeclareHold was called
+	redeclared []broker.QueueSpec // the work queues Declare was called for
+	holds      int                // Hold's calls
+	holdErrs   []error            // the next Hold calls' errors, in turn
+	declareErr error              // every DeclareHold's
+	duringHold func()             // called in each Hold
+	clock      clock.Clock
+}
+
+func (b *holdTransport) DeclareHold(ctx context.Context, queue string, ttl time.Duration) error {
+	b.declared = append(b.declared, b.clock.Now())
+	if b.declareErr != nil {
+		return b.declareErr
+	}
+	return b.Backend.DeclareHold(ctx, queue, ttl)
+}
+
+func (b *holdTransport) Declare(ctx context.Context, specs ...broker.QueueSpec) error {
+	b.redeclared = append(b.redeclared, specs...)
+	return b.Backend.Declare(ctx, specs...)
+}
+
+func (b *holdTransport) Hold(ctx context.Context, msg broker.Message, ttl time.Duration) error {
+	b.holds++
+	if b.duringHold != nil {
+		b.duringHold()
+	}
+	if len(b.holdErrs) > 0 {
+		err := b.holdErrs[0]
+		b.holdErrs = b.holdErrs[1:]
+		if err != nil {
+			return err
+		}
+	}
+	return b.Backend.Hold(ctx, msg, ttl)
+}
+
+// holdsOn returns a producer's holds for the queue "work" (prefix "h")
+// through a holdTransport on a memory backend, and that transport.
+func holdsOn(t *testing.T, c *clock.Mock) (*producerHolds, *holdTransport) {
+	t.Helper()
+	set, err := resolve(QueueSet{Prefix: "h", Queues: []Queue{{Name: "work"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &holdTransport{Backend: memory.New(&memory.Options{Clock: c}), clock: c}
+	t.Cleanup(func() { _ = b.Close() })
+	if err := b.Backend.Declare(t.Context(), set.byName["work"].spec()); err != nil {
+		t.Fatal(err)
+	}
+	h := &producerHolds{holder: holder{backend: b, set: set, log: slog.New(slog.DiscardHandler), clock: c}, leases: newHoldLeases()}
+	return h, b
+}
+
+// holdWork holds a job of h.work for d.
+func holdWork(t *testing.T, h *producerHolds, d time.Duration) error {
+	t.Helper()
+	return h.hold(t.Context(), broker.Message{Queue: "h.work", ID: broker.NewJobID(), Body: []byte("{}")}, d, holdDefer)
+}
+
+// A hold declares its hold queue when the record has no lease of it
+// fresher than ttl/2, and only then: a minute's hold queue is declared by
+// the first hold, not by those of the next 29 s, again at 30 s.
+func TestAHoldDeclaresItsQueueOncePerHalfItsTTL(t *testing.T) {
+	c := clock.NewMock()
+	h, b := holdsOn(t, c)
+	for _, after := range []time.Duration{0, time.Second, 28 * time.Second, time.Second, time.Second} {
+		c.Add(after)
+		if err := holdWork(t, h, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Unix(0, 0).UTC()
+	want := []time.Time{start, start.Add(30 * time.Second)}
+	if !slices.EqualFunc(b.declared, want, time.Time.Equal) || b.holds != 5 {
+		t.Errorf("5 holds at 0, 1, 29, 30 and 31 s: declares at %v and %d publishes; want declares at %v and 5", b.declared, b.holds, want)
+	}
+}
+
+// A hold that finds its hold queue gone (deleted, or lost with a broker
+// that restarted) declares it again at once and holds the job once.
+func TestAHoldFindingItsHoldGoneDeclaresItAgain(t *testing.T) {
+	c := clock.NewMock()
+	h, b := holdsOn(t, c)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(holdWork(t, h, time.Minute))
+	c.Add(time.Second)
+	b.holdErrs = []error{fmt.Errorf("%w: returned", broker.ErrNoHold)}
+	must(holdWork(t, h, time.Minute))
+	if len(b.declared) != 2 || b.holds != 3 {
+		t.Fatalf("a hold that found its hold gone: %d declares, %d publishes in all; want 2 and 3", len(b.declared), b.holds)
+	}
+	c.Add(29 * time.Second) // 30 s after the first declare, 29 after the second
+	must(holdWork(t, h, time.Minute))
+	if len(b.declared) != 2 {
+		t.Errorf("the declare after a hold gone was not recorded: %d declares; want 2", len(b.declared))
+	}
+}
+
+// A hold that finds its work queue gone declares it again as the set
+// declares it, and holds the job.
+func TestAHoldFindingItsWorkQueueGoneDeclaresItAgain(t *testing.T) {
+	c := clock.NewMock()
+	h, b := holdsOn(t, c)
+	b.holdErrs = []error{fmt.Errorf("%w: 404", broker.ErrNoQueue)}
+	if err := holdWork(t, h, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	want := []broker.QueueSpec{h.set.byName["work"].spec()}
+	if !slices.Equal(b.redeclared, want) || b.holds != 2 {
+		t.Errorf("work queues declared again: %+v, %d publishes; want %+v and 2", b.redeclared, b.holds, want)
+	}
+}
+
+// A hold whose publish reaches the broker ttl/2 or more after the declare
+// it relied on declares its hold queue again, once the broker has it: the
+// queue would otherwise expire (2×ttl after that declare) before the job's
+// wait ends.
+func TestALateHoldDeclaresItsQueueAgain(t *testing.T) {
+	c := clock.NewMock()
+	h, b := holdsOn(t, c)
+	if err := holdWork(t, h, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	b.duringHold = func() { c.Add(40 * time.Second) } // the next publish is held up 40 s
+	if err := holdWork(t, h, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Unix(0, 0).UTC()
+	want := []time.Time{start, start.Add(40 * time.Second)}
+	if !slices.EqualFunc(b.declared, want, time.Time.Equal) {
+		t.Errorf("declares at %v; want %v (the first, then after the late publish)", b.declared, want)
+	}
+}
+
+// A declare that fails fails its hold, and the record keeps no lease of
+// it: the next hold declares the queue.
+func TestAFailedDeclareIsNotRecorded(t *testing.T) {
+	c := clock.NewMock()
+	h, b := holdsOn(t, c)
+	b.declareErr = errors.New("refused")
+	if err := holdWork(t, h, time.Minute); err == nil || b.holds != 0 {
+		t.Fatalf("a hold whose declare failed: %v, %d publishes; want the error and none", err, b.holds)
+	}
+	b.declareErr = nil
+	if err := holdWork(t, h, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.declared) != 2 {
+		t.Errorf("%d declares; want 2 (the failed one, then the next hold's)", len(b.declared))
+	}
+}
+
+// The worker's hold actor keeps the record of its hold queues itself, and
+// learns what its publishing goroutines found: of three holds asked of it
+// one after the other, the first's declare fails, so the second declares
+// the queue again, and the third does not.
+func TestTheHoldActorKeepsTheRecordOfItsHoldQueues(t *testing.T) {
+	c := clock.NewMock()
+	h, b := holdsOn(t, c)
+	a := newHoldActor(h.holder, 2, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(ctx) }()
+	b.declareErr = errors.New("refused")
+	for i := range 3 {
+		msg := broker.Message{Queue: "h.work", ID: broker.NewJobID(), Body: []byte("{}")}
+		if err := a.ask(t.Context(), msg, time.Minute, holdDefer); (err != nil) != (i == 0) {
+			t.Fatalf("hold %d: %v", i, err)
+		}
+		b.declareErr = nil
+	}
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	if len(b.declared) != 2 || b.holds != 2 {
+		t.Errorf("three holds through the hold actor, the first's declare refused: %d declares, %d publishes; want 2 and 2", len(b.declared), b.holds)
+	}
 }

@@ -40,7 +40,7 @@ type ProducerConfig struct {
 type Producer struct {
 	backend  broker.Backend
 	set      *queueSet
-	holder   holder
+	holds    producerHolds
 	clock    clock.Clock
 	maxBytes int
 	hooks    *Hooks
@@ -88,7 +88,7 @@ func NewUndeclaredProducer(backend broker.Backend, set QueueSet, cfg *ProducerCo
 		maxBytes: cmp.Or(cfg.MaxMessageBytes, DefaultMaxMessageBytes),
 		hooks:    cfg.Hooks,
 	}
-	p.holder = holder{backend: backend, set: s, log: orDefaultLogger(cfg.Logger), clock: p.clock}
+	p.holds = producerHolds{holder: holder{backend: backend, set: s, log: orDefaultLogger(cfg.Logger), clock: p.clock}, leases: newHoldLeases()}
 	return p, nil
 }
 
@@ -272,7 +272,7 @@ func (p *Producer) hold(ctx context.Context, env broker.Envelope, d time.Duratio
 	msg.Headers = headers
 	err = p.withKey(ctx, env, headers, func() error {
 		done := p.hooks.beforePublish(ctx, p.backend.Name(), p.set, &msg, publishIntent{op: why.op, delay: d})
-		err := p.holder.hold(ctx, msg, d, why.kind)
+		err := p.holds.hold(ctx, msg, d, why.kind)
 		done(err)
 		return err
 	})

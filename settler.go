@@ -58,18 +58,29 @@ func (st *settler) settle(s *settlement) (retry *settlement) {
 // confirm at once, so that a connection lost in between (the job held, and
 // redelivered as well) is as unlikely as it can be. The queue actor is
 // told after.
-func (st *settler) publishAndAck(s *settlement) error {
-	if err := st.publishOf(s, st.holdHere); err != nil {
-		return err
+// A hold is made as p, the hold actor's plan of it, says; what the hold
+// learned of its hold queue's lease goes back to the hold actor.
+func (st *settler) publishAndAck(s *settlement, p holdPlan) (news leaseNews, err error) {
+	if s.action == actHold {
+		err = st.holdPublish(s, func(ctx context.Context, msg broker.Message) error {
+			news, err = st.hold.carry(ctx, msg, p)
+			return err
+		})
+	} else {
+		err = st.publishOf(s, nil)
+	}
+	if err != nil {
+		return news, err
 	}
 	if s.pausing {
 		s.out.PausedUntil = st.pausedUntil(s) // its job is back then
 	}
 	st.settled(s)
-	return nil
+	return news, nil
 }
 
-// publishOf makes the publish s needs, if it has one: a hold with hold.
+// publishOf makes the publish s needs, if it has one: a hold with hold
+// (nil for a settlement that is not a hold).
 func (st *settler) publishOf(s *settlement, hold func(*settlement) error) error {
 	switch s.action {
 	case actHold:
@@ -82,15 +93,11 @@ func (st *settler) publishOf(s *settlement, hold func(*settlement) error) error 
 	return nil
 }
 
-// holdHere holds s's next envelope on a goroutine of the hold actor's,
-// which waits for the confirm.
-func (st *settler) holdHere(s *settlement) error { return st.holdPublish(s, st.hold.hold) }
-
 // holdPublish holds s's next envelope with hold, telling the publish hook.
-func (st *settler) holdPublish(s *settlement, hold func(context.Context, broker.Message, time.Duration, holdKind) error) error {
+func (st *settler) holdPublish(s *settlement, hold func(context.Context, broker.Message) error) error {
 	msg := s.msg
 	done := st.hooks.publish(s.ctx, &msg, publishIntent{op: s.op, delay: s.delay})
-	err := hold(s.ctx, msg, s.delay, s.kind)
+	err := hold(s.ctx, msg)
 	done(err)
 	return err
 }
@@ -114,7 +121,8 @@ func (st *settler) pausedUntil(s *settlement) time.Time {
 // job is held, before the ack (which frees a prefetch slot the broker
 // would fill at once), until the job is back.
 func (st *settler) holdNext(s *settlement) error {
-	if err := st.holdPublish(s, st.hold.ask); err != nil || !s.pausing {
+	ask := func(ctx context.Context, msg broker.Message) error { return st.hold.ask(ctx, msg, s.delay, s.kind) }
+	if err := st.holdPublish(s, ask); err != nil || !s.pausing {
 		return err
 	}
 	until := st.pauseOn(s)

@@ -19,6 +19,10 @@ var (
 	// through this backend, so its hold queue's durability and release target
 	// would be guesses.
 	ErrUnknownQueue = errors.New("queuey: unknown queue")
+	// ErrNoHold: the hold a message was published into is gone (a hold
+	// queue that expired or was deleted, delay levels that were deleted).
+	// Nothing was held: declare it again (DeclareHold) and hold again.
+	ErrNoHold = errors.New("queuey: the hold is gone; declare it again")
 	// ErrUnroutable: the broker returned the message because no queue of
 	// that name exists. It was not published.
 	ErrUnroutable = errors.New("queuey: message is unroutable (no such queue)")
@@ -139,10 +143,20 @@ type Backend interface {
 	// Publish puts msg on msg.Queue and returns once the broker has
 	// confirmed it. A message nobody could route is an ErrUnroutable error.
 	Publish(ctx context.Context, msg Message) error
-	// Hold publishes msg into the hold queue HoldQueueName(msg.Queue, ttl):
-	// after exactly ttl it lands on msg.Queue with msg.Priority. ttl is
-	// already rounded and checked by HoldTTL. A queue not declared through
-	// this backend gives ErrUnknownQueue.
+	// DeclareHold makes ready where a message for queue waits ttl: on
+	// RabbitMQ the hold queue HoldQueueName(queue, ttl), which expires 2×ttl
+	// after its last declare (HoldQueueArgs), or for a quorum queue the
+	// delay levels. It is idempotent; when to declare is the caller's (the
+	// worker's hold actor keeps the record of what it declared). A queue
+	// not declared through this backend gives ErrUnknownQueue.
+	DeclareHold(ctx context.Context, queue string, ttl time.Duration) error
+	// Hold publishes msg into the hold DeclareHold made ready for msg.Queue
+	// and ttl: after exactly ttl it lands on msg.Queue with msg.Priority.
+	// ttl is already rounded and checked by HoldTTL. The broker takes the
+	// hold only once it has seen msg.Queue there: a work queue that is gone
+	// gives ErrNoQueue, a hold that is gone ErrNoHold, and neither holds
+	// anything. A queue not declared through this backend gives
+	// ErrUnknownQueue.
 	Hold(ctx context.Context, msg Message, ttl time.Duration) error
 	// DeadLetter publishes dl to the dead-letter queue of dl.Queue with the
 	// reason in its headers, confirmed.

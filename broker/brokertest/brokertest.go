@@ -106,6 +106,9 @@ func (e *env) publish(msgs ...broker.Message) {
 func (e *env) hold(m broker.Message, ttl time.Duration) {
 	e.t.Helper()
 	e.created = append(e.created, broker.HoldQueueName(m.Queue, ttl))
+	if err := e.b.DeclareHold(e.t.Context(), m.Queue, ttl); err != nil {
+		e.t.Fatalf("declare the hold of %s for %v: %v", m.ID, ttl, err)
+	}
 	if err := e.b.Hold(e.t.Context(), m, ttl); err != nil {
 		e.t.Fatalf("hold %s for %v: %v", m.ID, ttl, err)
 	}

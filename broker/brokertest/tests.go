@@ -160,8 +160,17 @@ var tests = []struct {
 		wantErr(e.t, "consume", err, broker.ErrNoQueue)
 	}},
 	{"AHoldNeedsADeclaredQueue", func(e *env) {
-		err := e.b.Hold(e.t.Context(), msg(e.queue("missing"), "x", 0), time.Second)
-		wantErr(e.t, "hold", err, broker.ErrUnknownQueue)
+		missing := e.queue("missing")
+		wantErr(e.t, "declare hold", e.b.DeclareHold(e.t.Context(), missing, time.Second), broker.ErrUnknownQueue)
+		wantErr(e.t, "hold", e.b.Hold(e.t.Context(), msg(missing, "x", 0), time.Second), broker.ErrUnknownQueue)
+	}},
+	{"AHoldsTTLMustBeWholeMillisecondsUpToTheLongest", func(e *env) {
+		q := e.queue("work")
+		e.declare(broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true})
+		for _, ttl := range []time.Duration{0, -time.Second, time.Second + time.Microsecond, (broker.MaxHoldMs + 1) * time.Millisecond} {
+			wantErr(e.t, fmt.Sprintf("declare a hold of %v", ttl), e.b.DeclareHold(e.t.Context(), q, ttl), broker.ErrInvalidDelay)
+			wantErr(e.t, fmt.Sprintf("hold for %v", ttl), e.b.Hold(e.t.Context(), msg(q, "x", 0), ttl), broker.ErrInvalidDelay)
+		}
 	}},
 	{"AHoldIsReleasedAfterItsTTLAndNotBefore", func(e *env) {
 		q := e.queue("work")
@@ -406,6 +415,7 @@ var tests = []struct {
 		wantErr(e.t, "consumer Err", c.Err(), broker.ErrClosed)
 		wantErr(e.t, "publish after close", e.b.Publish(e.t.Context(), msg(q, "x", 0)), broker.ErrClosed)
 		wantErr(e.t, "declare after close", e.b.Declare(e.t.Context(), e.topology(broker.QueueSpec{Name: q})), broker.ErrClosed)
+		wantErr(e.t, "declare a hold after close", e.b.DeclareHold(e.t.Context(), q, time.Second), broker.ErrClosed)
 		wantErr(e.t, "hold after close", e.b.Hold(e.t.Context(), msg(q, "x", 0), time.Second), broker.ErrClosed)
 	}},
 }

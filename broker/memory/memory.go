@@ -252,22 +252,26 @@ func (b *Backend) publishLocked(m *stored) error {
 	return nil
 }
 
+// DeclareHold checks that queue is known and ttl a hold's: the memory
+// backend's holds need no declaring and never expire.
+func (b *Backend) DeclareHold(ctx context.Context, queue string, ttl time.Duration) error {
+	if err := ended(ctx); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.checkHoldLocked(queue, ttl)
+}
+
 // Hold keeps msg in the hold queue for ttl, then lands it on msg.Queue.
 func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duration) error {
 	if err := ended(ctx); err != nil {
 		return err
 	}
-	if ttl <= 0 || ttl%time.Millisecond != 0 || ttl > broker.MaxHoldMs*time.Millisecond {
-		return fmt.Errorf("%w: hold ttl %v is not a whole number of milliseconds in (0, %dms]",
-			broker.ErrInvalidDelay, ttl, broker.MaxHoldMs)
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
-		return broker.ErrClosed
-	}
-	if q, ok := b.queues[msg.Queue]; !ok || !q.declared {
-		return fmt.Errorf("%w: hold for %q, which was not declared through this backend", broker.ErrUnknownQueue, msg.Queue)
+	if err := b.checkHoldLocked(msg.Queue, ttl); err != nil {
+		return err
 	}
 	if b.queues[msg.Queue].spec.Type == broker.Quorum {
 		ttl = broker.LevelsTTL(ttl) // the delay levels wait whole seconds
@@ -281,6 +285,22 @@ func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duratio
 		msg:  msg,
 	})
 	b.armLocked()
+	return nil
+}
+
+// checkHoldLocked refuses a hold of ttl for queue that is not a hold's or
+// not known, and any after Close.
+func (b *Backend) checkHoldLocked(queue string, ttl time.Duration) error {
+	if ttl <= 0 || ttl%time.Millisecond != 0 || ttl > broker.MaxHoldMs*time.Millisecond {
+		return fmt.Errorf("%w: hold ttl %v is not a whole number of milliseconds in (0, %dms]",
+			broker.ErrInvalidDelay, ttl, broker.MaxHoldMs)
+	}
+	if b.closed {
+		return broker.ErrClosed
+	}
+	if q, ok := b.queues[queue]; !ok || !q.declared {
+		return fmt.Errorf("%w: hold for %q, which was not declared through this backend", broker.ErrUnknownQueue, queue)
+	}
 	return nil
 }
 

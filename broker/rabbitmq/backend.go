@@ -72,7 +72,6 @@ type Backend struct {
 	subMore    []*link
 	channelMax uint16 // the broker's channel_max, from the first dial's handshake
 	declared   map[string]broker.QueueSpec
-	holdLeases holdLeases // the hold queues declared, and when (holdleases.go)
 }
 
 // node is one node of the broker, by its URL.
@@ -115,11 +114,10 @@ func DialCluster(ctx context.Context, urls []string, opts *Options) (*Backend, e
 	}
 	o := opts.withDefaults()
 	b := &Backend{
-		opts:       o,
-		pub:        link{role: "publish", name: o.ConnectionName, ready: make(chan struct{})},
-		sub:        link{role: "consume", name: consumeLinkName(o.ConnectionName, 0), channelMax: o.consumeChannelMax, ready: make(chan struct{})},
-		declared:   map[string]broker.QueueSpec{},
-		holdLeases: newHoldLeases(),
+		opts:     o,
+		pub:      link{role: "publish", name: o.ConnectionName, ready: make(chan struct{})},
+		sub:      link{role: "consume", name: consumeLinkName(o.ConnectionName, 0), channelMax: o.consumeChannelMax, ready: make(chan struct{})},
+		declared: map[string]broker.QueueSpec{},
 	}
 	safe := make([]string, len(urls))
 	for i, raw := range urls {
@@ -301,54 +299,78 @@ func (p *nackPause) wait(ctx context.Context) error {
 	}
 }
 
-// Hold declares the hold queue for ttl (unless it was declared less than
-// ttl/2 ago, so it cannot expire under the message) and publishes msg into
-// it; the broker dead-letters it back to msg.Queue when ttl has passed.
-//
-// A hold queue expires 2×ttl after its last declare (x-expires; publishes
-// do not count), so the rule holds only if the message reaches the broker
-// soon after the check. A publish held up on its way (a reconnect, an
-// alarm, a congested network) is followed by the same check once the
-// broker has confirmed it: a declare grown older than ttl/2 meanwhile is
-// made again, which puts the queue's expiry 2×ttl past a time the message
-// was already in it.
+// DeclareHold declares the hold queue of queue for ttl, which expires
+// 2×ttl after this declare (x-expires; publishes do not count), or for a
+// quorum queue the delay levels and the queue's bindings to them again.
+// When to declare again is the caller's: the worker's hold actor, and a
+// producer, keep the record of what they declared and when.
+func (b *Backend) DeclareHold(ctx context.Context, queue string, ttl time.Duration) error {
+	spec, err := b.holdSpec(queue, ttl)
+	if err != nil {
+		return err
+	}
+	if spec.Type == broker.Quorum {
+		return b.declareLevelsAgain(ctx, spec)
+	}
+	hold := broker.HoldQueueName(queue, ttl)
+	for {
+		s, err := b.session(ctx)
+		if err != nil {
+			return err
+		}
+		err = s.declare(ctx, hold, spec.Durable, table(broker.HoldQueueArgs(spec.Name, ttl)))
+		if !errors.Is(err, ErrConnectionLost) || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// Hold publishes msg into the hold queue of msg.Queue for ttl, or for a
+// quorum queue into the delay levels; the broker dead-letters it back to
+// msg.Queue when ttl has passed.
 //
 // A work queue gone when a wait ends (deleted by an operator, not declared
 // again yet) drops what is released into it without a word. So the broker
 // takes a hold only once it has seen msg.Queue (and its lane) there, after
-// the hold was asked for (route.existing); a hold that finds the queue
-// gone declares it again, as the backend knows it, and is published again.
+// the hold was asked for (route.existing): a work queue that is gone is
+// broker.ErrNoQueue, a hold queue or delay level that is gone
+// broker.ErrNoHold.
 func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duration) error {
+	spec, err := b.holdSpec(msg.Queue, ttl)
+	if err != nil {
+		return err
+	}
+	to := route{key: broker.HoldQueueName(msg.Queue, ttl), existing: workQueues(spec)}
+	if spec.Type == broker.Quorum {
+		secs := int64(broker.LevelsTTL(ttl) / time.Second)
+		to.exchange = broker.DelayLevelName(broker.DelayLevels - 1)
+		to.key = broker.DelayRoutingKey(secs, landsOn(spec, msg))
+	}
+	err = b.publish(ctx, to, publishing(msg, nil))
+	gone := errors.Is(err, broker.ErrUnroutable) || spec.Type == broker.Quorum && errors.Is(err, ErrRefused)
+	if gone && !errors.Is(err, broker.ErrUnavailable) && !errors.Is(err, broker.ErrNoQueue) {
+		return fmt.Errorf("%w: %w", broker.ErrNoHold, err)
+	}
+	return err
+}
+
+// holdSpec checks a hold's ttl and finds its queue's spec.
+func (b *Backend) holdSpec(queue string, ttl time.Duration) (broker.QueueSpec, error) {
 	if ttl <= 0 || ttl%time.Millisecond != 0 || ttl > broker.MaxHoldMs*time.Millisecond {
-		return fmt.Errorf("%w: hold ttl %v is not a whole number of milliseconds in (0, %dms]",
+		return broker.QueueSpec{}, fmt.Errorf("%w: hold ttl %v is not a whole number of milliseconds in (0, %dms]",
 			broker.ErrInvalidDelay, ttl, broker.MaxHoldMs)
 	}
 	b.mu.Lock()
-	spec, ok := b.declared[msg.Queue]
+	spec, ok := b.declared[queue]
 	closed := b.closed
 	b.mu.Unlock()
 	if closed {
-		return broker.ErrClosed
+		return broker.QueueSpec{}, broker.ErrClosed
 	}
 	if !ok {
-		return fmt.Errorf("%w: hold for %q, which was not declared through this backend", broker.ErrUnknownQueue, msg.Queue)
+		return broker.QueueSpec{}, fmt.Errorf("%w: hold for %q, which was not declared through this backend", broker.ErrUnknownQueue, queue)
 	}
-	if spec.Type == broker.Quorum {
-		return b.holdInLevels(ctx, msg, spec, ttl)
-	}
-	hold := broker.HoldQueueName(msg.Queue, ttl)
-	if err := b.declareHold(ctx, hold, spec, ttl); err != nil {
-		return err
-	}
-	to := route{key: hold, existing: workQueues(spec)}
-	err := b.publishHeld(ctx, to, spec, ttl, msg)
-	if errors.Is(err, broker.ErrNoQueue) {
-		if err := b.declareWorkAgain(ctx, spec, err); err != nil {
-			return err
-		}
-		return b.publishHeld(ctx, to, spec, ttl, msg)
-	}
-	return err
+	return spec, nil
 }
 
 // workQueues are the queues a message held for spec's queue may be
@@ -360,73 +382,6 @@ func workQueues(spec broker.QueueSpec) []string {
 		return []string{spec.Name, broker.LaneQueueName(spec.Name)}
 	}
 	return []string{spec.Name}
-}
-
-// declareWorkAgain declares spec's queues again after a hold found its
-// work queue gone (gone, the broker's refusal).
-func (b *Backend) declareWorkAgain(ctx context.Context, spec broker.QueueSpec, gone error) error {
-	b.opts.Logger.Warn("rabbitmq: a job is held for a work queue that is gone; declaring it again", "queue", spec.Name, "error", gone)
-	if err := b.Declare(ctx, spec); err != nil {
-		return fmt.Errorf("rabbitmq: work queue %q is gone, and declaring it again failed: %w", spec.Name, err)
-	}
-	return nil
-}
-
-// publishHeld publishes msg to hold, the hold queue declared for spec's
-// queue and ttl, and declares it again after the confirm if the rule asks
-// (see Hold).
-func (b *Backend) publishHeld(ctx context.Context, to route, spec broker.QueueSpec, ttl time.Duration, msg broker.Message) error {
-	err := b.publish(ctx, to, publishing(msg, nil))
-	if errors.Is(err, broker.ErrUnroutable) {
-		// The hold queue went away although it was declared recently
-		// (deleted by hand, or the broker restarted): declare it again
-		// at once rather than after the TTL/2 the rule allows.
-		b.mu.Lock()
-		b.holdLeases.forget(to.key)
-		b.mu.Unlock()
-		if err = b.declareHold(ctx, to.key, spec, ttl); err == nil {
-			err = b.publish(ctx, to, publishing(msg, nil))
-		}
-	}
-	if err != nil {
-		return err
-	}
-	if err := b.declareHold(ctx, to.key, spec, ttl); err != nil {
-		// The message is in the queue, which may expire before its TTL
-		// ends: not known to be safe, so an error (publishing the job
-		// again risks a duplicate, never a loss).
-		return fmt.Errorf("hold queue %q: declaring it again after a late publish: %w", to.key, err)
-	}
-	return nil
-}
-
-// declareHold declares hold, the hold queue of spec's queue for ttl,
-// unless its lease is fresh (holdleases.go), and renews the lease.
-func (b *Backend) declareHold(ctx context.Context, hold string, spec broker.QueueSpec, ttl time.Duration) error {
-	now := b.opts.Clock.Now()
-	b.mu.Lock()
-	fresh := b.holdLeases.fresh(hold, ttl, now)
-	b.mu.Unlock()
-	if fresh {
-		return nil
-	}
-	for {
-		s, err := b.session(ctx)
-		if err != nil {
-			return err
-		}
-		err = s.declare(ctx, hold, spec.Durable, table(broker.HoldQueueArgs(spec.Name, ttl)))
-		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		b.mu.Lock()
-		b.holdLeases.declared(hold, ttl, now)
-		b.mu.Unlock()
-		return nil
-	}
 }
 
 // DeadLetter publishes dl to <q>.dead with x-death-reason,

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/queuey-go/queuey"
 	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/rabbitmq"
 	"github.com/queuey-go/queuey/broker/rabbitmq/rabbittest"
@@ -28,7 +29,7 @@ func TestAHoldsCheckDoesNotWaitForABusyWorkQueue(t *testing.T) {
 	suspendQueue(t, q)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	if err := b.Hold(ctx, broker.Message{Queue: q, ID: "1", Body: []byte("{}")}, time.Minute); err != nil {
+	if err := declareAndHold(ctx, b, broker.Message{Queue: q, ID: "1", Body: []byte("{}")}, time.Minute); err != nil {
 		t.Fatalf("Hold while its work queue answers nothing: %v; want it held", err)
 	}
 }
@@ -40,14 +41,14 @@ func TestAHoldsCheckDoesNotWaitForABusyWorkQueue(t *testing.T) {
 func TestAHoldsCheckFindsAWorkQueueGoneAndTheNextCheckWorks(t *testing.T) {
 	t.Parallel()
 	b, q := dialWithWorkQueue(t, "checkgone")
+	p := workProducer(t, b, prefixOf(q), "work")
 	for i := range 3 {
 		if i == 1 {
 			if _, err := rawChannel(t).QueueDelete(q, false, false, false); err != nil {
 				t.Fatal(err)
 			}
 		}
-		msg := broker.Message{Queue: q, ID: fmt.Sprint(i), Body: []byte("{}")}
-		if err := b.Hold(t.Context(), msg, time.Minute); err != nil {
+		if _, err := p.EnqueueAfter(t.Context(), workJob{ID: fmt.Sprint(i)}, time.Minute); err != nil {
 			t.Fatalf("hold %d: %v", i, err)
 		}
 		if _, err := b.Depth(t.Context(), q); err != nil {
@@ -67,9 +68,8 @@ func TestAHoldForAWorkQueueGoneIsTakenOnce(t *testing.T) {
 	if _, err := raw.QueueDelete(q, false, false, false); err != nil {
 		t.Fatal(err)
 	}
-	msg := broker.Message{Queue: q, ID: "1", Body: []byte("{}")}
-	if err := b.Hold(t.Context(), msg, time.Minute); err != nil {
-		t.Fatalf("Hold with its work queue gone: %v; want it held", err)
+	if _, err := workProducer(t, b, prefixOf(q), "work").EnqueueAfter(t.Context(), workJob{ID: "1"}, time.Minute); err != nil {
+		t.Fatalf("EnqueueAfter with its work queue gone: %v; want it held", err)
 	}
 	if _, err := b.Depth(t.Context(), q); err != nil {
 		t.Fatalf("Depth of the work queue after the hold: %v; want it declared again", err)
@@ -104,7 +104,7 @@ func TestConcurrentHoldsShareChannelsWithoutLosingTheConnection(t *testing.T) {
 		g.Go(func() error {
 			for i := range 150 {
 				msg := broker.Message{Queue: q, ID: fmt.Sprint(w, "-", i), Body: []byte(`{"pad":"` + strings.Repeat("p", 8<<10) + `"}`)}
-				if err := b.Hold(t.Context(), msg, time.Minute); err != nil {
+				if err := declareAndHold(t.Context(), b, msg, time.Minute); err != nil {
 					return err
 				}
 			}
@@ -121,66 +121,81 @@ func TestConcurrentHoldsShareChannelsWithoutLosingTheConnection(t *testing.T) {
 
 // TestHoldsBesideAWorkQueueGoneAreAllHeld: holds for two work queues share
 // the backend's publishing channels; one queue is deleted while they are
-// in flight. The hold that finds it gone closes its channel, and what was
-// in flight on it with it, though for the other queue, is published
-// again: every hold is done and every job is in its hold queue (some,
-// maybe, twice).
+// in flight, and they go on after. The hold that finds it gone closes its
+// channel, and what was in flight on it with it, though for the other
+// queue, is published again; the queue is declared again: every hold is
+// done and every job is in its hold queue (some, maybe, twice).
 func TestHoldsBesideAWorkQueueGoneAreAllHeld(t *testing.T) {
 	t.Parallel()
 	prefix := unique("holdsbeside")
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
 	b := rabbittest.Dial(t, &rabbitmqOptionsFewChannels)
 	t.Cleanup(func() { _ = b.Close() })
-	queues := []string{prefix + ".stays", prefix + ".goes"}
-	for _, q := range queues {
-		if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
+	names := []string{"stays", "goes"}
+	for _, n := range names {
+		if err := b.Declare(t.Context(), broker.QueueSpec{Name: prefix + "." + n, MaxPriority: 10, Durable: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	const perQueue, goroutines = 100, 8
-	halfway := make(chan struct{})
-	var done atomic.Int32
+	started, deleted := make(chan struct{}), make(chan struct{})
+	held := make(chan error, 1)
+	var made [2]atomic.Int32
+	p := workProducer(t, b, prefix, names...)
+	go func() { held <- holdBothUntil(p, names, &made, started, deleted) }()
+	select {
+	case <-started:
+	case err := <-held:
+		t.Fatalf("the holds ended before they were under way: %v", err)
+	}
+	if _, err := rawChannel(t).QueueDelete(prefix+".goes", false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	close(deleted)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	raw := rawChannel(t)
+	for i, n := range names {
+		q := prefix + "." + n
+		hq, err := raw.QueueDeclarePassive(broker.HoldQueueName(q, time.Minute), false, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := int(made[i].Load()); hq.Messages < want {
+			t.Errorf("the hold queue of %s has %d messages; want the %d held", n, hq.Messages, want)
+		}
+		if _, err := b.Depth(t.Context(), q); err != nil {
+			t.Errorf("Depth of %s after the holds: %v; want it there", n, err)
+		}
+	}
+}
+
+// holdBothUntil holds jobs for the two queues named, in turn, from 8
+// goroutines, counting those held in made; it closes started after 50,
+// and each goroutine stops 10 holds after deleted is closed.
+func holdBothUntil(p *queuey.Producer, names []string, made *[2]atomic.Int32, started, deleted chan struct{}) error {
 	var g errgroup.Group
-	for w := range goroutines {
+	var done atomic.Int32
+	for w := range 8 {
 		g.Go(func() error {
-			for i := w; i < 2*perQueue; i += goroutines {
-				msg := broker.Message{Queue: queues[i%2], ID: fmt.Sprint(i), Body: []byte("{}")}
-				if err := b.Hold(t.Context(), msg, time.Minute); err != nil {
-					return fmt.Errorf("hold %d for %s: %w", i, msg.Queue, err)
+			for i, after := w, 0; after < 10; i += 8 {
+				select {
+				case <-deleted:
+					after++
+				default:
 				}
-				if done.Add(1) == perQueue/2 {
-					close(halfway)
+				if _, err := p.EnqueueAfter(context.Background(), workJob{ID: fmt.Sprint(i), To: names[i%2]}, time.Minute); err != nil {
+					return fmt.Errorf("hold %d for %s: %w", i, names[i%2], err)
+				}
+				made[i%2].Add(1)
+				if done.Add(1) == 50 {
+					close(started)
 				}
 			}
 			return nil
 		})
 	}
-	held := make(chan error, 1)
-	go func() { held <- g.Wait() }()
-	select {
-	case <-halfway:
-	case err := <-held:
-		t.Fatalf("the holds ended before half of them were done: %v", err)
-	}
-	if _, err := rawChannel(t).QueueDelete(queues[1], false, false, false); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-held; err != nil {
-		t.Fatal(err)
-	}
-	raw := rawChannel(t)
-	for _, q := range queues {
-		hq, err := raw.QueueDeclarePassive(broker.HoldQueueName(q, time.Minute), false, false, false, false, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if hq.Messages < perQueue {
-			t.Errorf("the hold queue of %s has %d messages; want the %d held", q, hq.Messages, perQueue)
-		}
-		if _, err := b.Depth(t.Context(), q); err != nil {
-			t.Errorf("Depth of %s after the holds: %v; want it there", q, err)
-		}
-	}
+	return g.Wait()
 }
 
 // dialWithWorkQueue dials a backend and declares a durable work queue

@@ -203,8 +203,9 @@ func (a *connectionActor) redeclare(ctx context.Context, s *session, specs []bro
 
 // publishSession makes s l's live session, unless the backend is closed
 // (false). On the publishing link it returns the topology to declare
-// again: a restarted broker keeps durable queues, but not transient ones;
-// the hold queues' records are forgotten with the old connection.
+// again: a restarted broker keeps durable queues, but not transient ones.
+// (A hold queue it lost is declared again by the next hold into it, which
+// finds it gone: broker.ErrNoHold.)
 func (b *Backend) publishSession(l *link, s *session) (specs []broker.QueueSpec, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -217,7 +218,6 @@ func (b *Backend) publishSession(l *link, s *session) (specs []broker.QueueSpec,
 		for _, spec := range b.declared {
 			specs = append(specs, spec)
 		}
-		b.holdLeases.reset()
 	}
 	return specs, true
 }

@@ -399,14 +399,17 @@ func TestALateHoldPublishOutlivesItsQueuesExpiry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	const ttl = time.Second
-	if err := b.Hold(ctx, broker.Message{Queue: q, ID: "first", Body: []byte("{}")}, ttl); err != nil {
+	p := workProducer(t, b, prefixOf(q), "work")
+	first, err := p.EnqueueAfter(ctx, workJob{ID: "first"}, ttl)
+	if err != nil {
 		t.Fatal(err)
 	}
 	release := proxy.stall()
 	defer release()
 	late := time.AfterFunc(ttl+ttl/2, release) // past the declare's TTL: the queue would expire before the message's TTL ends
 	defer late.Stop()
-	if err := b.Hold(ctx, broker.Message{Queue: q, ID: "late", Body: []byte("{}")}, ttl); err != nil {
+	last, err := p.EnqueueAfter(ctx, workJob{ID: "late"}, ttl)
+	if err != nil {
 		t.Fatal(err)
 	}
 
@@ -426,7 +429,7 @@ func TestALateHoldPublishOutlivesItsQueuesExpiry(t *testing.T) {
 				t.Fatal(err)
 			}
 		case <-time.After(6 * time.Second):
-			t.Fatalf("held messages back on the queue: %v, want first and late", seen)
+			t.Fatalf("held messages back on the queue: %v, want first (%s) and late (%s)", seen, first, last)
 		}
 	}
 }

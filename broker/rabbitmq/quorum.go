@@ -2,7 +2,6 @@ package rabbitmq
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -150,31 +149,17 @@ func (s *session) bindQueue(ctx context.Context, queue, key, exchange string) er
 	return s.onDeclCh(ctx, "bind", queue, func(ch *amqp.Channel) error { return ch.QueueBind(queue, key, exchange, false, nil) })
 }
 
-// holdInLevels publishes msg into the delay levels, to land on its queue
-// (or lane) once ttl, rounded up to whole seconds, has passed. The work
-// queues must exist when the broker takes the publish, as in Hold; delay
-// levels or work queues deleted behind the backend's back are declared
-// again, and the publish made again.
-func (b *Backend) holdInLevels(ctx context.Context, msg broker.Message, spec broker.QueueSpec, ttl time.Duration) error {
-	secs := int64(broker.LevelsTTL(ttl) / time.Second)
-	to := route{
-		exchange: broker.DelayLevelName(broker.DelayLevels - 1),
-		key:      broker.DelayRoutingKey(secs, landsOn(spec, msg)),
-		existing: workQueues(spec),
-	}
-	err := b.publish(ctx, to, publishing(msg, nil))
-	gone := errors.Is(err, broker.ErrUnroutable) || errors.Is(err, ErrRefused)
-	if !gone || errors.Is(err, broker.ErrUnavailable) {
-		return err
-	}
-	b.opts.Logger.Warn("rabbitmq: the delay levels or the work queue are gone; declaring them again", "queue", spec.Name, "error", err)
-	if s, serr := b.session(ctx); serr == nil {
+// declareLevelsAgain declares the delay levels, and spec's queues with
+// their bindings to them, again, on the connection that declared them
+// before too: a hold found them gone.
+func (b *Backend) declareLevelsAgain(ctx context.Context, spec broker.QueueSpec) error {
+	if s, err := b.session(ctx); err == nil {
 		s.delaysDeclared.Store(false)
 	}
-	if derr := b.Declare(ctx, spec); derr != nil {
-		return fmt.Errorf("%w; declaring the delay levels again failed: %w", err, derr)
+	if err := b.Declare(ctx, spec); err != nil {
+		return fmt.Errorf("declaring the delay levels again: %w", err)
 	}
-	return b.publish(ctx, to, publishing(msg, nil))
+	return nil
 }
 
 // depthOf counts what is ready on spec's queue and, if it has one, its

@@ -146,9 +146,10 @@ func TestAHoldQueueFedForThreeTTLsLosesNothing(t *testing.T) {
 	}()
 	tick := time.NewTicker(3 * time.Millisecond) // 1,000 holds over about 3 s
 	defer tick.Stop()
+	p := workProducer(t, b, prefix, "work")
 	for i := range n {
 		<-tick.C
-		if err := b.Hold(ctx, broker.Message{Queue: q, ID: fmt.Sprint(i), Body: []byte("{}")}, time.Second); err != nil {
+		if _, err := p.EnqueueAfter(ctx, workJob{ID: fmt.Sprint(i)}, time.Second); err != nil {
 			t.Fatalf("hold %d: %v", i, err)
 		}
 	}
@@ -175,14 +176,17 @@ func TestADeletedHoldQueueIsDeclaredAgainAtOnce(t *testing.T) {
 	if err := b.Declare(ctx, broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
 		t.Fatal(err)
 	}
-	msg := broker.Message{Queue: q, ID: "1", Body: []byte("{}")}
-	if err := b.Hold(ctx, msg, time.Minute); err != nil {
+	p := workProducer(t, b, prefix, "work")
+	if _, err := p.EnqueueAfter(ctx, workJob{ID: "1"}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	rabbitmqctl(t, "delete_queue", broker.HoldQueueName(q, time.Minute))
-	msg.ID = "2"
-	if err := b.Hold(ctx, msg, time.Minute); err != nil {
+	if _, err := p.EnqueueAfter(ctx, workJob{ID: "2"}, time.Minute); err != nil {
 		t.Errorf("hold after the hold queue was deleted: %v", err)
+	}
+	held, err := rawChannel(t).QueueDeclarePassive(broker.HoldQueueName(q, time.Minute), false, false, false, false, nil)
+	if err != nil || held.Messages != 1 {
+		t.Errorf("the hold queue declared again: %+v, %v; want the second job in it", held, err)
 	}
 }
 
@@ -316,8 +320,11 @@ func TestADeletedDelayLevelIsDeclaredAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	msg := broker.Message{Queue: q, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
-	if err := b.Hold(t.Context(), msg, time.Second); err != nil { // level 0 alone
-		t.Fatalf("hold with delay level 0 gone: %v", err)
+	if err := b.Hold(t.Context(), msg, time.Second); !errors.Is(err, broker.ErrNoHold) { // level 0 alone
+		t.Fatalf("hold with delay level 0 gone: %v; want ErrNoHold", err)
+	}
+	if err := declareAndHold(t.Context(), b, msg, time.Second); err != nil {
+		t.Fatalf("hold after the delay levels were declared again: %v", err)
 	}
 	if err := firstDelivery(t, b, q, msg.ID, 10*time.Second); err != nil {
 		t.Fatal(err)
@@ -364,14 +371,14 @@ func TestWaitsForADeletedQueueGoToTheOrphansAndTheLevelGoesOn(t *testing.T) {
 	ids := map[string]bool{}
 	for range orphans {
 		msg := broker.Message{Queue: gone, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
-		if err := b.Hold(t.Context(), msg, wait); err != nil {
+		if err := declareAndHold(t.Context(), b, msg, wait); err != nil {
 			t.Fatal(err)
 		}
 		ids[msg.ID] = true
 	}
 	rabbittest.DeleteQueues(t, gone, broker.DeadQueueName(gone))
 	want := broker.Message{Queue: alive, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
-	if err := b.Hold(t.Context(), want, wait); err != nil {
+	if err := declareAndHold(t.Context(), b, want, wait); err != nil {
 		t.Fatal(err)
 	}
 	if err := firstDelivery(t, b, alive, want.ID, 15*time.Second); err != nil {

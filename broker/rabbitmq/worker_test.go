@@ -581,7 +581,7 @@ func TestFaultDeclaresDepthAndCloseDoNotWaitOutAnAlarm(t *testing.T) {
 		}
 	}
 	within("a hold that declares its queue", func(ctx context.Context) error {
-		return b.Hold(ctx, broker.Message{Queue: q, ID: "held", Body: []byte("{}")}, 7*time.Second)
+		return declareAndHold(ctx, b, broker.Message{Queue: q, ID: "held", Body: []byte("{}")}, 7*time.Second)
 	})
 	within("a depth query", func(ctx context.Context) error {
 		_, err := b.Depth(ctx, q)

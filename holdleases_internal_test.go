@@ -1,9 +1,11 @@
-package rabbitmq
+package queuey
 
 import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/queuey-go/queuey/broker"
 )
 
 // A lease spares the declare of its hold queue for ttl/2, and no longer.
@@ -51,8 +53,26 @@ func TestTheHoldLeasesAreSweptOfWhatNoLongerSparesADeclare(t *testing.T) {
 			t.Fatalf("%s, declared in the last hour, was swept out; want it kept", name)
 		}
 	}
-	l.reset()
-	if len(l.byQueue) != 0 {
-		t.Errorf("after a reset the record holds %d leases; want 0", len(l.byQueue))
+}
+
+// Holds declare their queue until a declare has succeeded, not on the
+// strength of one still under way: that one may fail (a queue of the name
+// declared otherwise, by hand), and a hold that skipped its own would be
+// published into that queue, with no way back to its work queue.
+func TestHoldsDeclareUntilADeclareHasSucceeded(t *testing.T) {
+	l := newHoldLeases()
+	t0 := time.Unix(1_700_000_000, 0)
+	spec := broker.QueueSpec{Name: "q", Durable: true}
+	first, second := l.plan(spec, time.Minute, t0), l.plan(spec, time.Minute, t0)
+	if !first.declare || !second.declare {
+		t.Fatalf("two holds planned before any declare ended: declare %v and %v; want both", first.declare, second.declare)
+	}
+	l.learn(leaseNews{hold: first.hold, ttl: time.Minute}) // the first's declare failed
+	l.learn(leaseNews{hold: second.hold, ttl: time.Minute, at: t0})
+	if p := l.plan(spec, time.Minute, t0.Add(time.Second)); p.declare || !p.since.Equal(t0) {
+		t.Errorf("a hold after a declare succeeded: declare %v, relying on the declare of %v; want none, %v", p.declare, p.since, t0)
+	}
+	if p := l.plan(broker.QueueSpec{Name: "qq", Type: broker.Quorum}, time.Minute, t0); p.declare || p.hold != "" {
+		t.Errorf("a quorum queue's hold: declare %v into %q; want the delay levels, declared with the queue", p.declare, p.hold)
 	}
 }

@@ -1,0 +1,127 @@
+package queuey
+
+import (
+	"time"
+
+	"github.com/queuey-go/queuey/broker"
+)
+
+// holdLeases is a record of the hold queues one keeper declared, and when:
+// a hold queue expires 2×ttl after its last declare (x-expires; publishes
+// do not count), so a hold declares its queue first once the last declare
+// is ttl/2 old, and not before (a declare is a round trip to the broker).
+// Its keeper is the worker's hold actor, whose state it is, or a producer,
+// under the producer's lock. A hold decides with plan and reports what it
+// did with learn.
+//
+// The record is bounded by what is live: a hold queue's entry is of no
+// use once it is ttl/2 old (the next hold declares the queue again
+// whatever it says), so those are swept out whenever the record has grown
+// to twice its size after the last sweep. A worker that holds for many
+// different waits (a Retry-After of any number of seconds, retries with
+// jitter) would otherwise keep an entry for each wait it ever used.
+type holdLeases struct {
+	byQueue map[string]holdLease
+	swept   int // entries left by the last sweep
+}
+
+// holdLease is when a hold queue was last declared, and its TTL.
+type holdLease struct {
+	declared time.Time
+	ttl      time.Duration
+}
+
+// leaseSweepFloor is the least size the record grows to before a sweep.
+const leaseSweepFloor = 64
+
+func newHoldLeases() holdLeases { return holdLeases{byQueue: map[string]holdLease{}} }
+
+// holdPlan is one hold as the keeper of the record decided it: where the
+// job waits, and whether that hold queue is declared before the publish.
+type holdPlan struct {
+	spec    broker.QueueSpec // the work queue's: as the set declares it, or its name alone
+	inSet   bool             // the set declares spec's queue
+	ttl     time.Duration    // the wait, rounded (broker.HoldTTL)
+	hold    string           // the hold queue; "" for the delay levels (a quorum queue's)
+	declare bool             // declare the hold queue first
+	since   time.Time        // when the declare the publish relies on was made
+	err     error            // the wait cannot be held (a delay HoldTTL refuses)
+}
+
+// due is how long the job waits: the ttl, or on the delay levels the whole
+// seconds they wait.
+func (p holdPlan) due() time.Duration {
+	if p.hold == "" {
+		return broker.LevelsTTL(p.ttl)
+	}
+	return p.ttl
+}
+
+// leaseNews is what a hold learned of its hold queue's lease, for the
+// record's keeper: hold was declared at at, or (at zero) is to be
+// forgotten. A zero leaseNews says nothing.
+type leaseNews struct {
+	hold string
+	ttl  time.Duration
+	at   time.Time
+}
+
+// plan decides a hold of ttl for spec's queue at now: a hold queue whose
+// lease is not fresh is declared first. The record takes a lease only
+// from a declare that succeeded (learn): until one has, every hold
+// declares, since a hold that skipped its declare on the strength of one
+// still under way (or failed) could publish into a queue of that name
+// declared otherwise, by hand, with no way back to its work queue.
+func (l *holdLeases) plan(spec broker.QueueSpec, ttl time.Duration, now time.Time) holdPlan {
+	p := holdPlan{spec: spec, ttl: ttl}
+	if spec.Type == broker.Quorum {
+		return p // the delay levels are declared with the queue
+	}
+	p.hold = broker.HoldQueueName(spec.Name, ttl)
+	if l.fresh(p.hold, ttl, now) {
+		p.since = l.byQueue[p.hold].declared
+		return p
+	}
+	p.declare, p.since = true, now
+	return p
+}
+
+// learn records what a hold learned: a declare newer than the record's,
+// or a lease to forget.
+func (l *holdLeases) learn(n leaseNews) {
+	switch lease, ok := l.byQueue[n.hold]; {
+	case n.hold == "":
+	case n.at.IsZero():
+		l.forget(n.hold)
+	case !ok || n.at.After(lease.declared):
+		l.declared(n.hold, n.ttl, n.at)
+	}
+}
+
+// fresh reports whether hold was declared less than ttl/2 before now.
+func (l *holdLeases) fresh(hold string, ttl time.Duration, now time.Time) bool {
+	lease, ok := l.byQueue[hold]
+	return ok && now.Sub(lease.declared) < ttl/2
+}
+
+// declared records that a declare of hold, for ttl, started at now, and
+// sweeps the record if it has grown enough since the last sweep.
+func (l *holdLeases) declared(hold string, ttl time.Duration, now time.Time) {
+	l.byQueue[hold] = holdLease{declared: now, ttl: ttl}
+	if len(l.byQueue) > 2*max(l.swept, leaseSweepFloor) {
+		l.sweep(now)
+	}
+}
+
+// sweep forgets the leases that no longer spare a declare.
+func (l *holdLeases) sweep(now time.Time) {
+	for hold, lease := range l.byQueue {
+		if now.Sub(lease.declared) >= lease.ttl/2 {
+			delete(l.byQueue, hold)
+		}
+	}
+	l.swept = len(l.byQueue)
+}
+
+// forget drops hold's lease: the queue went away, declare it again.
+func (l *holdLeases) forget(hold string) { delete(l.byQueue, hold) }
