@@ -62,7 +62,7 @@ func (h holder) plan(leases *holdLeases, queue string, d time.Duration, kind hol
 		spec, inSet = c.spec(), true
 	}
 	p := leases.plan(spec, ttl, h.clock.Now())
-	p.inSet = inSet
+	p.inSet, p.kind, p.delay = inSet, kind, d
 	return p
 }
 
@@ -96,7 +96,8 @@ func (h holder) carry(ctx context.Context, msg broker.Message, p holdPlan) (leas
 		}
 	}
 	if h.log.Enabled(ctx, slog.LevelDebug) { // naming the hold queue costs a little, a hold each
-		h.log.Debug("job held", "job_id", msg.ID, "queue", msg.Queue, "hold_queue", h.holdQueue(msg.Queue, p.ttl), "wait", p.due())
+		h.log.Debug("job held", "kind", p.kind.String(), "job_id", msg.ID, "queue", msg.Queue,
+			"hold_queue", h.holdQueue(msg.Queue, p.ttl), "delay", p.delay)
 	}
 	return news, nil
 }
@@ -164,9 +165,11 @@ func (h *producerHolds) hold(ctx context.Context, msg broker.Message, d time.Dur
 	p := h.plan(&h.leases, msg.Queue, d, kind)
 	h.mu.Unlock()
 	news, err := h.carry(ctx, msg, p)
-	h.mu.Lock()
-	h.leases.learn(news)
-	h.mu.Unlock()
+	if news != (leaseNews{}) { // most holds learn nothing
+		h.mu.Lock()
+		h.leases.learn(news)
+		h.mu.Unlock()
+	}
 	return err
 }
 

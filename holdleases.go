@@ -46,6 +46,8 @@ type holdPlan struct {
 	declare bool             // declare the hold queue first
 	since   time.Time        // when the declare the publish relies on was made
 	err     error            // the wait cannot be held (a delay HoldTTL refuses)
+	kind    holdKind         // why the job waits, and the delay asked: for the log
+	delay   time.Duration
 }
 
 // due is how long the job waits: the ttl, or on the delay levels the whole
@@ -89,8 +91,10 @@ func (l *holdLeases) plan(spec broker.QueueSpec, ttl time.Duration, now time.Tim
 // learn records what a hold learned: a declare newer than the record's,
 // or a lease to forget.
 func (l *holdLeases) learn(n leaseNews) {
+	if n.hold == "" {
+		return
+	}
 	switch lease, ok := l.byQueue[n.hold]; {
-	case n.hold == "":
 	case n.at.IsZero():
 		l.forget(n.hold)
 	case !ok || n.at.After(lease.declared):

@@ -28,6 +28,11 @@
 // hold queue per rounded delay keeps each one strictly FIFO, so a long wait
 // never blocks a short one. Delays round up, never down, and a delay longer
 // than MaxHoldMs is refused with ErrDelayTooLong rather than shortened.
+// A backend is the transport of a wait: it declares a hold queue when asked
+// (Backend.DeclareHold) and publishes into one (Backend.Hold), saying
+// ErrNoHold or ErrNoQueue when the hold or the work queue is gone. When to
+// declare, and what to do about a queue gone, is the holder's (package
+// queuey's hold actor, or a producer).
 //
 // # Concurrency
 //

@@ -230,8 +230,9 @@ func LongestHold(granularity time.Duration) time.Duration {
 //	x-expires                 2×ttl in ms, at most MaxTTLMs (int64)
 //
 // x-expires lets an idle hold queue delete itself; since it counts declares
-// and not publishes, a backend redeclares the hold queue before publishing
-// into it. Numbers are int64, the AMQP long-long-int the Rust crate sends.
+// and not publishes, whoever holds (a worker's hold actor, a producer)
+// declares the hold queue again (Backend.DeclareHold) before publishing
+// into it once its last declare is ttl/2 old. Numbers are int64, the AMQP long-long-int the Rust crate sends.
 // The map is new on every call; the caller may modify it.
 func HoldQueueArgs(queue string, ttl time.Duration) map[string]any {
 	ms := ceilMs(ttl)

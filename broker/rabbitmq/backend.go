@@ -341,10 +341,9 @@ func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duratio
 		return err
 	}
 	to := route{key: broker.HoldQueueName(msg.Queue, ttl), existing: workQueues(spec)}
-	if spec.Type == broker.Quorum {
+	if spec.Type == broker.Quorum { // into the top delay level, whose key says the wait and the target
 		secs := int64(broker.LevelsTTL(ttl) / time.Second)
-		to.exchange = broker.DelayLevelName(broker.DelayLevels - 1)
-		to.key = broker.DelayRoutingKey(secs, landsOn(spec, msg))
+		to.exchange, to.key = broker.DelayLevelName(broker.DelayLevels-1), broker.DelayRoutingKey(secs, landsOn(spec, msg))
 	}
 	err = b.publish(ctx, to, publishing(msg, nil))
 	gone := errors.Is(err, broker.ErrUnroutable) || spec.Type == broker.Quorum && errors.Is(err, ErrRefused)

@@ -509,7 +509,7 @@ func (r *recorder) Declare(ctx context.Context, queues ...broker.QueueSpec) erro
 	return r.Backend.Declare(ctx, queues...)
 }
 
-func (r *recorder) Hold(ctx context.Context, msg broker.Message, ttl time.Duration) error {
-	r.made.add(broker.HoldQueueName(msg.Queue, ttl))
-	return r.Backend.Hold(ctx, msg, ttl)
+func (r *recorder) DeclareHold(ctx context.Context, queue string, ttl time.Duration) error {
+	r.made.add(broker.HoldQueueName(queue, ttl))
+	return r.Backend.DeclareHold(ctx, queue, ttl)
 }

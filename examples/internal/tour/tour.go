@@ -393,15 +393,18 @@ func (r *recorder) Declare(ctx context.Context, queues ...broker.QueueSpec) erro
 	return r.Backend.Declare(ctx, queues...)
 }
 
-func (r *recorder) Hold(ctx context.Context, msg broker.Message, ttl time.Duration) error {
-	hold := broker.HoldQueueName(msg.Queue, ttl)
+func (r *recorder) DeclareHold(ctx context.Context, queue string, ttl time.Duration) error {
 	r.mu.Lock()
-	r.made[hold] = true // as above: the hold queue may exist even if the publish fails
+	r.made[broker.HoldQueueName(queue, ttl)] = true // as above
 	r.mu.Unlock()
+	return r.Backend.DeclareHold(ctx, queue, ttl)
+}
+
+func (r *recorder) Hold(ctx context.Context, msg broker.Message, ttl time.Duration) error {
 	err := r.Backend.Hold(ctx, msg, ttl)
 	if err == nil {
 		r.mu.Lock()
-		r.held[hold]++
+		r.held[broker.HoldQueueName(msg.Queue, ttl)]++
 		r.mu.Unlock()
 	}
 	return err
