@@ -2,6 +2,7 @@ package rabbitmq_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -54,6 +55,35 @@ func TestAHoldsCheckFindsAWorkQueueGoneAndTheNextCheckWorks(t *testing.T) {
 		if _, err := b.Depth(t.Context(), q); err != nil {
 			t.Fatalf("after hold %d, Depth of the work queue: %v; want it there", i, err)
 		}
+	}
+}
+
+// The transport holds only into a hold that is there, for a work queue
+// that is there: a hold queue never declared is broker.ErrNoHold, a work
+// queue gone is broker.ErrNoQueue, and neither holds anything.
+func TestAHoldIntoWhatIsNotThereHoldsNothing(t *testing.T) {
+	t.Parallel()
+	b, q := dialWithWorkQueue(t, "holdnothing")
+	msg := broker.Message{Queue: q, ID: "1", Body: []byte("{}")}
+	if err := b.Hold(t.Context(), msg, time.Minute); !errors.Is(err, broker.ErrNoHold) {
+		t.Fatalf("Hold into a hold queue never declared: %v; want ErrNoHold", err)
+	}
+	if err := b.DeclareHold(t.Context(), q, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	raw := rawChannel(t)
+	if _, err := raw.QueueDelete(q, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Hold(t.Context(), msg, time.Minute); !errors.Is(err, broker.ErrNoQueue) || errors.Is(err, broker.ErrNoHold) {
+		t.Fatalf("Hold with its work queue gone: %v; want ErrNoQueue", err)
+	}
+	held, err := raw.QueueDeclarePassive(broker.HoldQueueName(q, time.Minute), false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held.Messages != 0 {
+		t.Errorf("the hold queue has %d messages after two holds that failed; want 0", held.Messages)
 	}
 }
 

@@ -15,6 +15,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/queuey-go/queuey"
+	"github.com/queuey-go/queuey/broker"
 	"github.com/queuey-go/queuey/broker/rabbitmq"
 	"github.com/queuey-go/queuey/broker/rabbitmq/rabbittest"
 )
@@ -149,3 +151,48 @@ func rawChannel(t *testing.T) *amqp.Channel {
 	}
 	return ch
 }
+
+// declareAndHold makes a hold as the transport is asked to: its hold is
+// declared, then msg is published into it.
+func declareAndHold(ctx context.Context, b *rabbitmq.Backend, msg broker.Message, ttl time.Duration) error {
+	if err := b.DeclareHold(ctx, msg.Queue, ttl); err != nil {
+		return err
+	}
+	return b.Hold(ctx, msg, ttl)
+}
+
+// workJob is a job for a queue of a set made by workProducer: "work"
+// unless To names another.
+type workJob struct {
+	ID  string `json:"id"`
+	To  string `json:"to,omitempty"`
+	Pad string `json:"pad,omitempty"`
+}
+
+func (workJob) Kind() string { return "work" }
+func (j workJob) Queue() queuey.Queue {
+	if j.To == "" {
+		return queuey.Queue{Name: "work"}
+	}
+	return queuey.Queue{Name: j.To}
+}
+
+// workProducer is a producer for the work queues named (each
+// "<prefix>.<name>", durable, priorities up to 10) that b has declared
+// already: its waits go through a producer's holds, declares and checks
+// included, as a user's do.
+func workProducer(t *testing.T, b *rabbitmq.Backend, prefix string, names ...string) *queuey.Producer {
+	t.Helper()
+	set := queuey.QueueSet{Prefix: prefix}
+	for _, n := range names {
+		set.Queues = append(set.Queues, queuey.Queue{Name: n})
+	}
+	p, err := queuey.NewUndeclaredProducer(b, set, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// prefixOf is the prefix of a work queue named "<prefix>.work".
+func prefixOf(q string) string { return strings.TrimSuffix(q, ".work") }
