@@ -164,9 +164,8 @@ func declareAndHold(ctx context.Context, b *rabbitmq.Backend, msg broker.Message
 // workJob is a job for a queue of a set made by workProducer: "work"
 // unless To names another.
 type workJob struct {
-	ID  string `json:"id"`
-	To  string `json:"to,omitempty"`
-	Pad string `json:"pad,omitempty"`
+	ID string `json:"id"`
+	To string `json:"to,omitempty"`
 }
 
 func (workJob) Kind() string { return "work" }
