@@ -66,20 +66,24 @@ func (h holder) plan(leases *holdLeases, queue string, d time.Duration, kind hol
 	return p
 }
 
-// carry makes p's hold of msg: the declare p asks for, then the publish.
-// A hold queue or a work queue found gone is declared again and the
-// publish made again. A publish held up on its way (a reconnect, an
-// alarm, a congested network) past ttl/2 from the declare it relied on is
-// followed by a declare of its hold queue, whose expiry is then 2×ttl past
-// a time the job was already in it. It returns what it learned of the
-// hold queue's lease, for the record's keeper.
+// carry makes p's hold of msg: the declare p asks for, or that the time
+// since the plan asks for (a hold that waited for a place in the hold
+// actor, or in a slow publish hook, past ttl/2 from the declare its plan
+// relied on), then the publish. A hold queue or a work queue found gone is
+// declared again and the publish made again. A publish held up on its way
+// (a reconnect, an alarm, a congested network) past ttl/2 from the
+// declare it relied on is followed by a declare of its hold queue, whose
+// expiry is then 2×ttl past a time the job was already in it; a publish
+// that took 1.5×ttl on its way could still find its queue expired. It
+// returns what it learned of the hold queue's lease, for the record's
+// keeper.
 func (h holder) carry(ctx context.Context, msg broker.Message, p holdPlan) (leaseNews, error) {
 	if p.err != nil {
 		return leaseNews{}, p.err
 	}
 	stampDue(&msg, h.clock.Now().Add(p.due()))
 	var news leaseNews
-	if p.declare {
+	if p.declare || h.stale(p) {
 		if err := h.declareHold(ctx, &p, &news); err != nil {
 			return news, err
 		}
@@ -87,7 +91,7 @@ func (h holder) carry(ctx context.Context, msg broker.Message, p holdPlan) (leas
 	if err := h.publishHold(ctx, msg, &p, &news); err != nil {
 		return news, err
 	}
-	if p.hold != "" && h.clock.Now().Sub(p.since) >= p.ttl/2 {
+	if h.stale(p) {
 		if err := h.declareHold(ctx, &p, &news); err != nil {
 			// The job is in a queue that may expire before its wait
 			// ends: not known to be safe, so an error (holding it again
@@ -100,6 +104,12 @@ func (h holder) carry(ctx context.Context, msg broker.Message, p holdPlan) (leas
 			"hold_queue", h.holdQueue(msg.Queue, p.ttl), "delay", p.delay)
 	}
 	return news, nil
+}
+
+// stale reports whether p's hold queue's declare is ttl/2 old or more: a
+// hold into it declares it first.
+func (h holder) stale(p holdPlan) bool {
+	return p.hold != "" && h.clock.Now().Sub(p.since) >= p.ttl/2
 }
 
 // publishHold publishes msg into p's hold. A work queue found gone is
@@ -130,7 +140,7 @@ func (h holder) declareHold(ctx context.Context, p *holdPlan, news *leaseNews) e
 	at := h.clock.Now()
 	if err := h.backend.DeclareHold(ctx, p.spec.Name, p.ttl); err != nil {
 		if p.hold != "" {
-			*news = leaseNews{hold: p.hold, ttl: p.ttl}
+			*news = leaseNews{hold: p.hold, ttl: p.ttl, forget: true}
 		}
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -84,20 +85,36 @@ func countAnswers(t *testing.T, answers *mailbox.Mailbox[queueMsg], n int) (done
 }
 
 // holdTransport is a backend whose hold calls are recorded and fail as a
-// test tells them to; the rest is the memory backend's.
+// test tells them to; the rest is the memory backend's. A test sets its
+// fields while no hold is under way.
 type holdTransport struct {
 	broker.Backend
+	clock      clock.Clock
+	holdErrs   []error                                     // the next Hold calls' errors, in turn
+	declareErr error                                       // every DeclareHold's
+	duringHold func(msg broker.Message, ttl time.Duration) // called in each Hold
+
+	mu         sync.Mutex
 	declared   []time.Time        // when each DeclareHold was called
 	redeclared []broker.QueueSpec // the work queues Declare was called for
 	holds      int                // Hold's calls
-	holdErrs   []error            // the next Hold calls' errors, in turn
-	declareErr error              // every DeclareHold's
-	duringHold func()             // called in each Hold
-	clock      clock.Clock
+	events     []string           // "declare <ttl> at <time>", "hold <ttl> at <time>", in turn
+}
+
+func (b *holdTransport) note(what string, ttl time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.clock.Now()
+	if what == "declare" {
+		b.declared = append(b.declared, now)
+	} else {
+		b.holds++
+	}
+	b.events = append(b.events, fmt.Sprintf("%s %v at %v", what, ttl, now.Sub(time.Unix(0, 0))))
 }
 
 func (b *holdTransport) DeclareHold(ctx context.Context, queue string, ttl time.Duration) error {
-	b.declared = append(b.declared, b.clock.Now())
+	b.note("declare", ttl)
 	if b.declareErr != nil {
 		return b.declareErr
 	}
@@ -105,21 +122,25 @@ func (b *holdTransport) DeclareHold(ctx context.Context, queue string, ttl time.
 }
 
 func (b *holdTransport) Declare(ctx context.Context, specs ...broker.QueueSpec) error {
+	b.mu.Lock()
 	b.redeclared = append(b.redeclared, specs...)
+	b.mu.Unlock()
 	return b.Backend.Declare(ctx, specs...)
 }
 
 func (b *holdTransport) Hold(ctx context.Context, msg broker.Message, ttl time.Duration) error {
-	b.holds++
 	if b.duringHold != nil {
-		b.duringHold()
+		b.duringHold(msg, ttl)
 	}
+	b.note("hold", ttl)
+	b.mu.Lock()
+	var err error
 	if len(b.holdErrs) > 0 {
-		err := b.holdErrs[0]
-		b.holdErrs = b.holdErrs[1:]
-		if err != nil {
-			return err
-		}
+		err, b.holdErrs = b.holdErrs[0], b.holdErrs[1:]
+	}
+	b.mu.Unlock()
+	if err != nil {
+		return err
 	}
 	return b.Backend.Hold(ctx, msg, ttl)
 }
@@ -216,7 +237,7 @@ func TestALateHoldDeclaresItsQueueAgain(t *testing.T) {
 	if err := holdWork(t, h, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	b.duringHold = func() { c.Add(40 * time.Second) } // the next publish is held up 40 s
+	b.duringHold = func(broker.Message, time.Duration) { c.Add(40 * time.Second) } // the next publish is held up 40 s
 	if err := holdWork(t, h, time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +249,8 @@ func TestALateHoldDeclaresItsQueueAgain(t *testing.T) {
 }
 
 // A declare that fails fails its hold, and the record keeps no lease of
-// it: the next hold declares the queue.
+// it: the next hold declares the queue. So too when the queue had a fresh
+// lease, and a hold that found it gone failed to declare it again.
 func TestAFailedDeclareIsNotRecorded(t *testing.T) {
 	c := clock.NewMock()
 	h, b := holdsOn(t, c)
@@ -237,11 +259,87 @@ func TestAFailedDeclareIsNotRecorded(t *testing.T) {
 		t.Fatalf("a hold whose declare failed: %v, %d publishes; want the error and none", err, b.holds)
 	}
 	b.declareErr = nil
+	if err := holdWork(t, h, time.Minute); err != nil { // declared at 0: a fresh lease
+		t.Fatal(err)
+	}
+	c.Add(time.Second)
+	b.holdErrs, b.declareErr = []error{broker.ErrNoHold}, errors.New("refused")
+	if err := holdWork(t, h, time.Minute); !errors.Is(err, broker.ErrNoHold) {
+		t.Fatalf("a hold that found its hold gone and failed to declare it: %v; want ErrNoHold", err)
+	}
+	b.declareErr = nil
+	c.Add(time.Second)
 	if err := holdWork(t, h, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if len(b.declared) != 2 {
-		t.Errorf("%d declares; want 2 (the failed one, then the next hold's)", len(b.declared))
+	if len(b.declared) != 4 {
+		t.Errorf("%d declares; want 4 (one failed, the next hold's, one failed after a hold gone, the next hold's): %v", len(b.declared), b.events)
+	}
+}
+
+// A hold that found its hold gone and declared it again relies on that
+// declare, not the one of its plan: it does not declare once more after
+// its publish, however old the plan's declare.
+func TestAHoldReliesOnTheDeclareItMade(t *testing.T) {
+	c := clock.NewMock()
+	h, b := holdsOn(t, c)
+	if err := holdWork(t, h, time.Minute); err != nil { // declared at 0
+		t.Fatal(err)
+	}
+	c.Add(29 * time.Second) // planned fresh, on the declare of 0 s
+	b.holdErrs = []error{broker.ErrNoHold}
+	b.duringHold = func(broker.Message, time.Duration) { c.Add(time.Second) }
+	if err := holdWork(t, h, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"declare 1m0s at 0s", "hold 1m0s at 0s", "hold 1m0s at 30s", "declare 1m0s at 30s", "hold 1m0s at 31s"}
+	if !slices.Equal(b.events, want) {
+		t.Errorf("calls: %v; want %v", b.events, want)
+	}
+}
+
+// A hold planned on a fresh lease but made later (it waited for a place in
+// the hold actor) declares its queue first if the lease is no longer
+// fresh: published without, it could go into a queue that expires before
+// its wait ends.
+func TestAHoldMadeLateDeclaresItsQueueFirst(t *testing.T) {
+	synctest.Test(t, testHoldMadeLate)
+}
+
+func testHoldMadeLate(t *testing.T) {
+	c := clock.NewMock()
+	h, b := holdsOn(t, c)
+	gate := make(chan struct{})
+	b.duringHold = func(_ broker.Message, ttl time.Duration) {
+		if ttl == 2*time.Minute {
+			<-gate
+		}
+	}
+	a := newHoldActor(h.holder, 1, nil) // one publish at a time
+	ctx, cancel := context.WithCancel(t.Context())
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(ctx) }()
+	ask := func(d time.Duration) error {
+		return a.ask(t.Context(), broker.Message{Queue: "h.work", ID: broker.NewJobID(), Body: []byte("{}")}, d, holdDefer)
+	}
+	noErr(t, ask(time.Minute)) // declared at 0
+	c.Add(29 * time.Second)
+	asked := make(chan error, 2)
+	go func() { asked <- ask(2 * time.Minute) }() // takes the one place, and waits at the gate
+	synctest.Wait()
+	go func() { asked <- ask(time.Minute) }() // planned at 29 s on the lease of 0 s, waits for the place
+	synctest.Wait()
+	c.Add(61 * time.Second)
+	close(gate)
+	noErr(t, <-asked)
+	noErr(t, <-asked)
+	cancel()
+	noErr(t, <-ran)
+	want := []string{"declare 1m0s at 0s", "hold 1m0s at 0s", "declare 2m0s at 29s",
+		"hold 2m0s at 1m30s", "declare 2m0s at 1m30s", // late itself: declared again after
+		"declare 1m0s at 1m30s", "hold 1m0s at 1m30s"}
+	if !slices.Equal(b.events, want) {
+		t.Errorf("calls: %v; want %v", b.events, want)
 	}
 }
 
@@ -270,5 +368,57 @@ func TestTheHoldActorKeepsTheRecordOfItsHoldQueues(t *testing.T) {
 	}
 	if len(b.declared) != 2 || b.holds != 2 {
 		t.Errorf("three holds through the hold actor, the first's declare refused: %d declares, %d publishes; want 2 and 2", len(b.declared), b.holds)
+	}
+}
+
+// noErr ends the test at err.
+func noErr(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deferringJob defers for a minute, each time it runs.
+type deferringJob struct{}
+
+func (deferringJob) Kind() string { return "deferring" }
+func (deferringJob) Queue() Queue { return Queue{Name: "work"} }
+
+// A worker's deferrals go through its hold actor's plan and record: two
+// jobs that defer for the same wait, one after the other, declare its
+// hold queue once.
+func TestAWorkersDeferralsDeclareTheirHoldQueueOnce(t *testing.T) {
+	synctest.Test(t, testWorkersDeferrals)
+}
+
+func testWorkersDeferrals(t *testing.T) {
+	c := clock.NewMock()
+	_, b := holdsOn(t, c)
+	set := QueueSet{Prefix: "h", Queues: []Queue{{Name: "work"}}}
+	settled := make(chan Outcome, 2)
+	hooks := &Hooks{Deliver: func(ctx context.Context, _ *DeliveryInfo) (context.Context, func(Outcome)) {
+		return ctx, func(o Outcome) { settled <- o }
+	}}
+	w, err := NewWorker(b, set, &WorkerConfig{Clock: c, Hooks: hooks, Logger: slog.New(slog.DiscardHandler)})
+	noErr(t, err)
+	noErr(t, Handle(w, func(context.Context, deferringJob, JobContext) error { return Defer(time.Minute, "busy") }))
+	p, err := NewProducer(t.Context(), b, set, &ProducerConfig{Clock: c})
+	noErr(t, err)
+	ctx, stop := context.WithCancel(t.Context())
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	for range 2 {
+		_, err := p.Enqueue(t.Context(), deferringJob{})
+		noErr(t, err)
+		if o := <-settled; o.Result != Deferred {
+			t.Fatalf("the job's outcome: %v; want Deferred", o.Result)
+		}
+		synctest.Wait() // the hold actor has heard of the declare
+	}
+	stop()
+	noErr(t, <-ran)
+	if len(b.declared) != 1 || b.holds != 2 {
+		t.Errorf("two deferrals of a minute: %v; want one declare and two holds", b.events)
 	}
 }

@@ -46,8 +46,9 @@ type holdPlan struct {
 	declare bool             // declare the hold queue first
 	since   time.Time        // when the declare the publish relies on was made
 	err     error            // the wait cannot be held (a delay HoldTTL refuses)
-	kind    holdKind         // why the job waits, and the delay asked: for the log
-	delay   time.Duration
+	// For the log line of the hold: why the job waits, and the delay asked.
+	kind  holdKind
+	delay time.Duration
 }
 
 // due is how long the job waits: the ttl, or on the delay levels the whole
@@ -60,16 +61,18 @@ func (p holdPlan) due() time.Duration {
 }
 
 // leaseNews is what a hold learned of its hold queue's lease, for the
-// record's keeper: hold was declared at at, or (at zero) is to be
-// forgotten. A zero leaseNews says nothing.
+// record's keeper: hold was declared at at, or its lease is to be
+// forgotten (a declare of it failed). A zero leaseNews says nothing.
 type leaseNews struct {
-	hold string
-	ttl  time.Duration
-	at   time.Time
+	hold   string
+	ttl    time.Duration
+	at     time.Time
+	forget bool
 }
 
 // plan decides a hold of ttl for spec's queue at now: a hold queue whose
-// lease is not fresh is declared first. The record takes a lease only
+// lease is not fresh is declared first (and one whose lease is fresh now
+// but no longer when its hold is made is declared then: holder.carry). The record takes a lease only
 // from a declare that succeeded (learn): until one has, every hold
 // declares, since a hold that skipped its declare on the strength of one
 // still under way (or failed) could publish into a queue of that name
@@ -95,10 +98,10 @@ func (l *holdLeases) learn(n leaseNews) {
 		return
 	}
 	switch lease, ok := l.byQueue[n.hold]; {
-	case n.at.IsZero():
+	case n.forget:
 		l.forget(n.hold)
 	case !ok || n.at.After(lease.declared):
-		l.declared(n.hold, n.ttl, n.at)
+		l.record(n.hold, n.ttl, n.at)
 	}
 }
 
@@ -108,9 +111,9 @@ func (l *holdLeases) fresh(hold string, ttl time.Duration, now time.Time) bool {
 	return ok && now.Sub(lease.declared) < ttl/2
 }
 
-// declared records that a declare of hold, for ttl, started at now, and
+// record records that a declare of hold, for ttl, started at now, and
 // sweeps the record if it has grown enough since the last sweep.
-func (l *holdLeases) declared(hold string, ttl time.Duration, now time.Time) {
+func (l *holdLeases) record(hold string, ttl time.Duration, now time.Time) {
 	l.byQueue[hold] = holdLease{declared: now, ttl: ttl}
 	if len(l.byQueue) > 2*max(l.swept, leaseSweepFloor) {
 		l.sweep(now)

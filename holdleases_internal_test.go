@@ -15,7 +15,7 @@ func TestAHoldLeaseIsFreshForHalfItsTTL(t *testing.T) {
 	if l.fresh("q.deferred.60000", time.Minute, t0) {
 		t.Fatal("a hold queue never declared is fresh; want it declared")
 	}
-	l.declared("q.deferred.60000", time.Minute, t0)
+	l.record("q.deferred.60000", time.Minute, t0)
 	for _, c := range []struct {
 		after time.Duration
 		fresh bool
@@ -40,7 +40,7 @@ func TestTheHoldLeasesAreSweptOfWhatNoLongerSparesADeclare(t *testing.T) {
 	for h := range hours {
 		now := t0.Add(time.Duration(h) * time.Hour)
 		for i := range perHour {
-			l.declared(fmt.Sprintf("q.deferred.%d", h*perHour+i+1), time.Minute, now)
+			l.record(fmt.Sprintf("q.deferred.%d", h*perHour+i+1), time.Minute, now)
 		}
 	}
 	if got, most := len(l.byQueue), 2*perHour+1; got > most {
@@ -67,10 +67,14 @@ func TestHoldsDeclareUntilADeclareHasSucceeded(t *testing.T) {
 	if !first.declare || !second.declare {
 		t.Fatalf("two holds planned before any declare ended: declare %v and %v; want both", first.declare, second.declare)
 	}
-	l.learn(leaseNews{hold: first.hold, ttl: time.Minute}) // the first's declare failed
+	l.learn(leaseNews{hold: first.hold, ttl: time.Minute, forget: true}) // the first's declare failed
 	l.learn(leaseNews{hold: second.hold, ttl: time.Minute, at: t0})
 	if p := l.plan(spec, time.Minute, t0.Add(time.Second)); p.declare || !p.since.Equal(t0) {
 		t.Errorf("a hold after a declare succeeded: declare %v, relying on the declare of %v; want none, %v", p.declare, p.since, t0)
+	}
+	l.learn(leaseNews{hold: first.hold, ttl: time.Minute, at: t0.Add(-10 * time.Second)}) // an older declare, told late
+	if p := l.plan(spec, time.Minute, t0.Add(25*time.Second)); p.declare {
+		t.Errorf("an older declare told after a newer one replaced it in the record: a hold 25 s after the newer declares")
 	}
 	if p := l.plan(broker.QueueSpec{Name: "qq", Type: broker.Quorum}, time.Minute, t0); p.declare || p.hold != "" {
 		t.Errorf("a quorum queue's hold: declare %v into %q; want the delay levels, declared with the queue", p.declare, p.hold)

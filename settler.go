@@ -58,6 +58,7 @@ func (st *settler) settle(s *settlement) (retry *settlement) {
 // confirm at once, so that a connection lost in between (the job held, and
 // redelivered as well) is as unlikely as it can be. The queue actor is
 // told after.
+//
 // A hold is made as p, the hold actor's plan of it, says; what the hold
 // learned of its hold queue's lease goes back to the hold actor.
 func (st *settler) publishAndAck(s *settlement, p holdPlan) (news leaseNews, err error) {
@@ -67,7 +68,7 @@ func (st *settler) publishAndAck(s *settlement, p holdPlan) (news leaseNews, err
 			return err
 		})
 	} else {
-		err = st.publishOf(s, nil)
+		err = st.publishOther(s)
 	}
 	if err != nil {
 		return news, err
@@ -79,12 +80,18 @@ func (st *settler) publishAndAck(s *settlement, p holdPlan) (news leaseNews, err
 	return news, nil
 }
 
-// publishOf makes the publish s needs, if it has one: a hold with hold
-// (nil for a settlement that is not a hold).
+// publishOf makes the publish s needs, if it has one: a hold with hold.
 func (st *settler) publishOf(s *settlement, hold func(*settlement) error) error {
-	switch s.action {
-	case actHold:
+	if s.action == actHold {
 		return hold(s)
+	}
+	return st.publishOther(s)
+}
+
+// publishOther makes the publish of a settlement that is not a hold: a
+// dead letter or a copy; an ack needs none.
+func (st *settler) publishOther(s *settlement) error {
+	switch s.action {
 	case actDeadLetter:
 		return st.deadLetter(s)
 	case actCopy:

@@ -232,8 +232,9 @@ func LongestHold(granularity time.Duration) time.Duration {
 // x-expires lets an idle hold queue delete itself; since it counts declares
 // and not publishes, whoever holds (a worker's hold actor, a producer)
 // declares the hold queue again (Backend.DeclareHold) before publishing
-// into it once its last declare is ttl/2 old. Numbers are int64, the AMQP long-long-int the Rust crate sends.
-// The map is new on every call; the caller may modify it.
+// into it once its last declare is ttl/2 old. Numbers are int64, the AMQP
+// long-long-int the Rust crate sends. The map is new on every call; the
+// caller may modify it.
 func HoldQueueArgs(queue string, ttl time.Duration) map[string]any {
 	ms := ceilMs(ttl)
 	return map[string]any{

@@ -346,8 +346,7 @@ func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duratio
 		to.exchange, to.key = broker.DelayLevelName(broker.DelayLevels-1), broker.DelayRoutingKey(secs, landsOn(spec, msg))
 	}
 	err = b.publish(ctx, to, publishing(msg, nil))
-	gone := errors.Is(err, broker.ErrUnroutable) || spec.Type == broker.Quorum && errors.Is(err, ErrRefused)
-	if gone && !errors.Is(err, broker.ErrUnavailable) && !errors.Is(err, broker.ErrNoQueue) {
+	if errors.Is(err, broker.ErrUnroutable) || errors.Is(err, errNoExchange) {
 		return fmt.Errorf("%w: %w", broker.ErrNoHold, err)
 	}
 	return err

@@ -1,6 +1,17 @@
 package rabbitmq
 
-import "time"
+import (
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Refusal is refusal: what a channel error says of the publishes in
+// flight on the channel it closed.
+func Refusal(e *amqp.Error) error { return refusal(e) }
+
+// ErrNoExchange is errNoExchange.
+var ErrNoExchange = errNoExchange
 
 // SetAnswerCap sets answerCap for a test, before its backend is dialed,
 // and restores it when the test ends (after its backend is closed).

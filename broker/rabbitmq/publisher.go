@@ -152,13 +152,20 @@ func (p *publisher) failAll() {
 // refusal is what a channel error, e, says of the publishes in flight on
 // the channel it closed: ErrRefused, and broker.ErrNoQueue (or
 // broker.ErrUnavailable, for a queue whose node is down) when a queue
-// that a publish needed was not there (route.existing).
+// that a publish needed was not there (route.existing), or errNoExchange
+// when the exchange it was sent to was not (a delay level deleted).
 func refusal(e *amqp.Error) error {
-	if e.Code == amqp.NotFound && (strings.HasPrefix(e.Reason, "NOT_FOUND - no queue") || strings.Contains(e.Reason, "is down or inaccessible")) {
+	switch {
+	case e.Code == amqp.NotFound && (strings.HasPrefix(e.Reason, "NOT_FOUND - no queue") || strings.Contains(e.Reason, "is down or inaccessible")):
 		return fmt.Errorf("%w: %w: %d %s", ErrRefused, notFound(e), e.Code, e.Reason)
+	case e.Code == amqp.NotFound && strings.HasPrefix(e.Reason, "NOT_FOUND - no exchange"):
+		return fmt.Errorf("%w: %w: %d %s", ErrRefused, errNoExchange, e.Code, e.Reason)
 	}
 	return fmt.Errorf("%w: %d %s", ErrRefused, e.Code, e.Reason)
 }
+
+// errNoExchange: a publish went to an exchange that does not exist.
+var errNoExchange = errors.New("no such exchange")
 
 func (p *publisher) isDead() bool {
 	select {

@@ -90,3 +90,37 @@ func TestANackedPublishIsTriedAgainUntilItsCtxEnds(t *testing.T) {
 		t.Errorf("publish once there is room: %v", err)
 	}
 }
+
+// A channel error is read for what it says of the publishes it ended: a
+// queue a hold's check needed is gone (ErrNoQueue), or its node is down
+// (ErrUnavailable), or the exchange a publish went to is gone (a delay
+// level: its hold is gone); anything else is a refusal and no more.
+func TestAChannelErrorSaysWhatIsGone(t *testing.T) {
+	for _, c := range []struct {
+		code   int
+		reason string
+		is     []error
+		isNot  []error
+	}{
+		{404, "NOT_FOUND - no queue 'q' in vhost '/'", []error{broker.ErrNoQueue}, []error{broker.ErrUnavailable, rabbitmq.ErrNoExchange}},
+		{404, "NOT_FOUND - queue 'q' in vhost '/' process is stopped by supervisor; home node 'rabbit@b' is down or inaccessible", []error{broker.ErrUnavailable}, []error{broker.ErrNoQueue, rabbitmq.ErrNoExchange}},
+		{404, "NOT_FOUND - no exchange 'queuey.wait.21' in vhost '/'", []error{rabbitmq.ErrNoExchange}, []error{broker.ErrNoQueue, broker.ErrUnavailable}},
+		{406, "PRECONDITION_FAILED - message size 200000000 is larger than configured max size 134217728", nil, []error{broker.ErrNoQueue, rabbitmq.ErrNoExchange}},
+		{403, "ACCESS_REFUSED - access to exchange 'queuey.wait.21' in vhost '/' refused for user 'u'", nil, []error{broker.ErrNoQueue, rabbitmq.ErrNoExchange}},
+	} {
+		err := rabbitmq.Refusal(&amqp.Error{Code: c.code, Reason: c.reason})
+		if !errors.Is(err, rabbitmq.ErrRefused) {
+			t.Errorf("%d %s: %v; want ErrRefused", c.code, c.reason, err)
+		}
+		for _, want := range c.is {
+			if !errors.Is(err, want) {
+				t.Errorf("%d %s: %v; want it to be %v", c.code, c.reason, err, want)
+			}
+		}
+		for _, not := range c.isNot {
+			if errors.Is(err, not) {
+				t.Errorf("%d %s: %v; want it not to be %v", c.code, c.reason, err, not)
+			}
+		}
+	}
+}
