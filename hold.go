@@ -125,7 +125,9 @@ func (h holder) publishHold(ctx context.Context, msg broker.Message, p *holdPlan
 		err = h.backend.Hold(ctx, msg, p.ttl)
 	}
 	if errors.Is(err, broker.ErrNoHold) {
-		h.log.Warn("a job's hold is gone (deleted, or lost with a broker restart); declaring it again", "queue", msg.Queue, "error", err)
+		// It expired while the publish waited (an alarm, a reconnect), or
+		// was deleted, or lost with a broker restart: nothing was held.
+		h.log.Info("a job's hold queue is gone; declaring it again", "queue", msg.Queue, "hold_queue", h.holdQueue(msg.Queue, p.ttl))
 		if derr := h.declareHold(ctx, p, news); derr != nil {
 			return fmt.Errorf("%w; declaring it again failed: %w", err, derr)
 		}

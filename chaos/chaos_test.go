@@ -384,7 +384,10 @@ func poisonKills(t *testing.T, name string) {
 	for killed < kills {
 		// Spread over the run, the end too, where the jobs earlier kills
 		// brought back run alone; none once every job has run.
-		if !r.waitStartedUnlessDone(r.started()+5+rand.IntN(40), 60*time.Second) {
+		// At most 35 starts apart: 20 kills fit in the 750 jobs' first
+		// starts, whatever the draws (at most 45 apart, they did not
+		// always: the jobs could all run before the last kill).
+		if !r.waitStartedUnlessDone(r.started()+5+rand.IntN(31), 60*time.Second) {
 			break
 		}
 		at := w.kill()
@@ -786,13 +789,15 @@ func alarmTest(t *testing.T, name string, retries bool) {
 		time.Sleep(time.Second)
 	}
 	drain := r.drain(60 * time.Second)
-	unroutable := w.logContains("message is unroutable")
+	unroutable := w.logContains("message is unroutable") // a hold that failed
+	declaredAgain := w.logContains("hold queue is gone") // a hold whose queue expired under the alarm, declared again
 	r.finish(func(s *chaos.Score) {
 		s.Figure("enqueue_blocked_max", percentile(blocked, 1))
 		for _, a := range alarms {
 			s.Figure("settled_during_"+a.name+"_alarm", settledDuring[a.name])
 		}
 		s.Figure("hold_publishes_returned", unroutable)
+		s.Figure("hold_queues_declared_again", declaredAgain)
 		s.Figure("drain", drain)
 		if len(notBlocked) > 0 {
 			s.Fail("enqueues under an alarm failed without ErrBlocked: %s", strings.Join(notBlocked, "; "))
