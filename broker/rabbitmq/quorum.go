@@ -149,9 +149,9 @@ func (s *session) bindQueue(ctx context.Context, queue, key, exchange string) er
 	return s.onDeclCh(ctx, "bind", queue, func(ch *amqp.Channel) error { return ch.QueueBind(queue, key, exchange, false, nil) })
 }
 
-// declareLevelsAgain declares the delay levels, and spec's queues with
-// their bindings to them, again, on the connection that declared them
-// before too: a hold found them gone.
+// declareLevelsAgain declares the delay levels again (the connection's
+// note that it declared them is cleared first), and spec's queues with
+// their bindings to them: a hold found them gone.
 func (b *Backend) declareLevelsAgain(ctx context.Context, spec broker.QueueSpec) error {
 	if s, err := b.session(ctx); err == nil {
 		s.delaysDeclared.Store(false)
