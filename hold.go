@@ -81,9 +81,10 @@ func (h holder) carry(ctx context.Context, msg broker.Message, p holdPlan) (leas
 	if p.err != nil {
 		return leaseNews{}, p.err
 	}
-	stampDue(&msg, h.clock.Now().Add(p.due()))
+	now := h.clock.Now()
+	stampDue(&msg, now.Add(p.due()))
 	var news leaseNews
-	if p.declare || h.stale(p) {
+	if p.declare || p.staleAt(now) {
 		if err := h.declareHold(ctx, &p, &news); err != nil {
 			return news, err
 		}
@@ -91,12 +92,12 @@ func (h holder) carry(ctx context.Context, msg broker.Message, p holdPlan) (leas
 	if err := h.publishHold(ctx, msg, &p, &news); err != nil {
 		return news, err
 	}
-	if h.stale(p) {
+	if p.staleAt(h.clock.Now()) {
 		if err := h.declareHold(ctx, &p, &news); err != nil {
 			// The job is in a queue that may expire before its wait
 			// ends: not known to be safe, so an error (holding it again
 			// risks a duplicate, never a loss).
-			return news, fmt.Errorf("hold queue %q: declaring it again after a late publish: %w", p.hold, err)
+			return news, fmt.Errorf("hold queue %q: declaring it again after a late publish: %w", p.hold.String(), err)
 		}
 	}
 	if h.log.Enabled(ctx, slog.LevelDebug) { // naming the hold queue costs a little, a hold each
@@ -104,12 +105,6 @@ func (h holder) carry(ctx context.Context, msg broker.Message, p holdPlan) (leas
 			"hold_queue", h.holdQueue(msg.Queue, p.ttl), "delay", p.delay)
 	}
 	return news, nil
-}
-
-// stale reports whether p's hold queue's declare is ttl/2 old or more: a
-// hold into it declares it first.
-func (h holder) stale(p holdPlan) bool {
-	return p.hold != "" && h.clock.Now().Sub(p.since) >= p.ttl/2
 }
 
 // publishHold publishes msg into p's hold. A work queue found gone is
@@ -141,13 +136,13 @@ func (h holder) publishHold(ctx context.Context, msg broker.Message, p *holdPlan
 func (h holder) declareHold(ctx context.Context, p *holdPlan, news *leaseNews) error {
 	at := h.clock.Now()
 	if err := h.backend.DeclareHold(ctx, p.spec.Name, p.ttl); err != nil {
-		if p.hold != "" {
-			*news = leaseNews{hold: p.hold, ttl: p.ttl, forget: true}
+		if !p.levels() {
+			*news = leaseNews{hold: p.hold, forget: true}
 		}
 		return err
 	}
-	if p.hold != "" {
-		*news = leaseNews{hold: p.hold, ttl: p.ttl, at: at}
+	if !p.levels() {
+		*news = leaseNews{hold: p.hold, at: at}
 		p.since = at
 	}
 	return nil

@@ -21,20 +21,28 @@ import (
 // different waits (a Retry-After of any number of seconds, retries with
 // jitter) would otherwise keep an entry for each wait it ever used.
 type holdLeases struct {
-	byQueue map[string]holdLease
+	byQueue map[holdKey]holdLease
 	swept   int // entries left by the last sweep
 }
 
-// holdLease is when a hold queue was last declared, and its TTL.
+// holdKey names a hold queue by its work queue and ttl, without the
+// string HoldQueueName makes of them (a hold each, on the hot path).
+type holdKey struct {
+	queue string
+	ttl   time.Duration
+}
+
+func (k holdKey) String() string { return broker.HoldQueueName(k.queue, k.ttl) }
+
+// holdLease is when a hold queue was last declared.
 type holdLease struct {
 	declared time.Time
-	ttl      time.Duration
 }
 
 // leaseSweepFloor is the least size the record grows to before a sweep.
 const leaseSweepFloor = 64
 
-func newHoldLeases() holdLeases { return holdLeases{byQueue: map[string]holdLease{}} }
+func newHoldLeases() holdLeases { return holdLeases{byQueue: map[holdKey]holdLease{}} }
 
 // holdPlan is one hold as the keeper of the record decided it: where the
 // job waits, and whether that hold queue is declared before the publish.
@@ -42,7 +50,7 @@ type holdPlan struct {
 	spec    broker.QueueSpec // the work queue's: as the set declares it, or its name alone
 	inSet   bool             // the set declares spec's queue
 	ttl     time.Duration    // the wait, rounded (broker.HoldTTL)
-	hold    string           // the hold queue; "" for the delay levels (a quorum queue's)
+	hold    holdKey          // the hold queue; zero for the delay levels (a quorum queue's)
 	declare bool             // declare the hold queue first
 	since   time.Time        // when the declare the publish relies on was made
 	err     error            // the wait cannot be held (a delay HoldTTL refuses)
@@ -54,18 +62,26 @@ type holdPlan struct {
 // due is how long the job waits: the ttl, or on the delay levels the whole
 // seconds they wait.
 func (p holdPlan) due() time.Duration {
-	if p.hold == "" {
+	if p.levels() {
 		return broker.LevelsTTL(p.ttl)
 	}
 	return p.ttl
 }
 
+// staleAt reports whether p's hold queue's declare is ttl/2 old or more at
+// now: a hold into it declares it first.
+func (p holdPlan) staleAt(now time.Time) bool {
+	return !p.levels() && now.Sub(p.since) >= p.ttl/2
+}
+
+// levels reports a hold into the delay levels, which has no hold queue.
+func (p holdPlan) levels() bool { return p.hold == holdKey{} }
+
 // leaseNews is what a hold learned of its hold queue's lease, for the
 // record's keeper: hold was declared at at, or its lease is to be
 // forgotten (a declare of it failed). A zero leaseNews says nothing.
 type leaseNews struct {
-	hold   string
-	ttl    time.Duration
+	hold   holdKey
 	at     time.Time
 	forget bool
 }
@@ -82,8 +98,8 @@ func (l *holdLeases) plan(spec broker.QueueSpec, ttl time.Duration, now time.Tim
 	if spec.Type == broker.Quorum {
 		return p // the delay levels are declared with the queue
 	}
-	p.hold = broker.HoldQueueName(spec.Name, ttl)
-	if l.fresh(p.hold, ttl, now) {
+	p.hold = holdKey{spec.Name, ttl}
+	if l.fresh(p.hold, now) {
 		p.since = l.byQueue[p.hold].declared
 		return p
 	}
@@ -94,27 +110,27 @@ func (l *holdLeases) plan(spec broker.QueueSpec, ttl time.Duration, now time.Tim
 // learn records what a hold learned: a declare newer than the record's,
 // or a lease to forget.
 func (l *holdLeases) learn(n leaseNews) {
-	if n.hold == "" {
+	if n.hold == (holdKey{}) {
 		return
 	}
 	switch lease, ok := l.byQueue[n.hold]; {
 	case n.forget:
 		l.forget(n.hold)
 	case !ok || n.at.After(lease.declared):
-		l.record(n.hold, n.ttl, n.at)
+		l.record(n.hold, n.at)
 	}
 }
 
-// fresh reports whether hold was declared less than ttl/2 before now.
-func (l *holdLeases) fresh(hold string, ttl time.Duration, now time.Time) bool {
+// fresh reports whether hold was declared less than its ttl/2 before now.
+func (l *holdLeases) fresh(hold holdKey, now time.Time) bool {
 	lease, ok := l.byQueue[hold]
-	return ok && now.Sub(lease.declared) < ttl/2
+	return ok && now.Sub(lease.declared) < hold.ttl/2
 }
 
-// record records that a declare of hold, for ttl, started at now, and
-// sweeps the record if it has grown enough since the last sweep.
-func (l *holdLeases) record(hold string, ttl time.Duration, now time.Time) {
-	l.byQueue[hold] = holdLease{declared: now, ttl: ttl}
+// record records that a declare of hold started at now, and sweeps the
+// record if it has grown enough since the last sweep.
+func (l *holdLeases) record(hold holdKey, now time.Time) {
+	l.byQueue[hold] = holdLease{declared: now}
 	if len(l.byQueue) > 2*max(l.swept, leaseSweepFloor) {
 		l.sweep(now)
 	}
@@ -123,7 +139,7 @@ func (l *holdLeases) record(hold string, ttl time.Duration, now time.Time) {
 // sweep forgets the leases that no longer spare a declare.
 func (l *holdLeases) sweep(now time.Time) {
 	for hold, lease := range l.byQueue {
-		if now.Sub(lease.declared) >= lease.ttl/2 {
+		if now.Sub(lease.declared) >= hold.ttl/2 {
 			delete(l.byQueue, hold)
 		}
 	}
@@ -131,4 +147,4 @@ func (l *holdLeases) sweep(now time.Time) {
 }
 
 // forget drops hold's lease: the queue went away, declare it again.
-func (l *holdLeases) forget(hold string) { delete(l.byQueue, hold) }
+func (l *holdLeases) forget(hold holdKey) { delete(l.byQueue, hold) }

@@ -12,20 +12,20 @@ import (
 func TestAHoldLeaseIsFreshForHalfItsTTL(t *testing.T) {
 	l := newHoldLeases()
 	t0 := time.Unix(1_700_000_000, 0)
-	if l.fresh("q.deferred.60000", time.Minute, t0) {
+	if l.fresh(holdKey{"q", time.Minute}, t0) {
 		t.Fatal("a hold queue never declared is fresh; want it declared")
 	}
-	l.record("q.deferred.60000", time.Minute, t0)
+	l.record(holdKey{"q", time.Minute}, t0)
 	for _, c := range []struct {
 		after time.Duration
 		fresh bool
 	}{{0, true}, {29 * time.Second, true}, {30 * time.Second, false}, {time.Hour, false}} {
-		if got := l.fresh("q.deferred.60000", time.Minute, t0.Add(c.after)); got != c.fresh {
+		if got := l.fresh(holdKey{"q", time.Minute}, t0.Add(c.after)); got != c.fresh {
 			t.Errorf("%v after its declare: fresh = %v, want %v", c.after, got, c.fresh)
 		}
 	}
-	l.forget("q.deferred.60000")
-	if l.fresh("q.deferred.60000", time.Minute, t0) {
+	l.forget(holdKey{"q", time.Minute})
+	if l.fresh(holdKey{"q", time.Minute}, t0) {
 		t.Error("a lease forgotten is fresh; want the queue declared again")
 	}
 }
@@ -40,7 +40,7 @@ func TestTheHoldLeasesAreSweptOfWhatNoLongerSparesADeclare(t *testing.T) {
 	for h := range hours {
 		now := t0.Add(time.Duration(h) * time.Hour)
 		for i := range perHour {
-			l.record(fmt.Sprintf("q.deferred.%d", h*perHour+i+1), time.Minute, now)
+			l.record(holdKey{fmt.Sprint("q", h*perHour+i+1), time.Minute}, now)
 		}
 	}
 	if got, most := len(l.byQueue), 2*perHour+1; got > most {
@@ -48,8 +48,8 @@ func TestTheHoldLeasesAreSweptOfWhatNoLongerSparesADeclare(t *testing.T) {
 	}
 	last := t0.Add((hours - 1) * time.Hour)
 	for i := range perHour {
-		name := fmt.Sprintf("q.deferred.%d", (hours-1)*perHour+i+1)
-		if !l.fresh(name, time.Minute, last) {
+		name := holdKey{fmt.Sprint("q", (hours-1)*perHour+i+1), time.Minute}
+		if !l.fresh(name, last) {
 			t.Fatalf("%s, declared in the last hour, was swept out; want it kept", name)
 		}
 	}
@@ -67,16 +67,16 @@ func TestHoldsDeclareUntilADeclareHasSucceeded(t *testing.T) {
 	if !first.declare || !second.declare {
 		t.Fatalf("two holds planned before any declare ended: declare %v and %v; want both", first.declare, second.declare)
 	}
-	l.learn(leaseNews{hold: first.hold, ttl: time.Minute, forget: true}) // the first's declare failed
-	l.learn(leaseNews{hold: second.hold, ttl: time.Minute, at: t0})
+	l.learn(leaseNews{hold: first.hold, forget: true}) // the first's declare failed
+	l.learn(leaseNews{hold: second.hold, at: t0})
 	if p := l.plan(spec, time.Minute, t0.Add(time.Second)); p.declare || !p.since.Equal(t0) {
 		t.Errorf("a hold after a declare succeeded: declare %v, relying on the declare of %v; want none, %v", p.declare, p.since, t0)
 	}
-	l.learn(leaseNews{hold: first.hold, ttl: time.Minute, at: t0.Add(-10 * time.Second)}) // an older declare, told late
+	l.learn(leaseNews{hold: first.hold, at: t0.Add(-10 * time.Second)}) // an older declare, told late
 	if p := l.plan(spec, time.Minute, t0.Add(25*time.Second)); p.declare {
 		t.Errorf("an older declare told after a newer one replaced it in the record: a hold 25 s after the newer declares")
 	}
-	if p := l.plan(broker.QueueSpec{Name: "qq", Type: broker.Quorum}, time.Minute, t0); p.declare || p.hold != "" {
+	if p := l.plan(broker.QueueSpec{Name: "qq", Type: broker.Quorum}, time.Minute, t0); p.declare || !p.levels() {
 		t.Errorf("a quorum queue's hold: declare %v into %q; want the delay levels, declared with the queue", p.declare, p.hold)
 	}
 }
