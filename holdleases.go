@@ -32,6 +32,7 @@ type holdKey struct {
 	ttl   time.Duration
 }
 
+// String is the hold queue's broker name.
 func (k holdKey) String() string { return broker.HoldQueueName(k.queue, k.ttl) }
 
 // holdLease is when a hold queue was last declared.
