@@ -369,16 +369,16 @@ func TestWaitsForADeletedQueueGoToTheOrphansAndTheLevelGoesOn(t *testing.T) {
 	}
 	const orphans, wait = 40, 2 * time.Second // more than the worker's 32; level 1 alone
 	ids := map[string]bool{}
-	for range orphans {
+	for range orphans { // all held within the wait: the delay levels were declared with the queues
 		msg := broker.Message{Queue: gone, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
-		if err := declareAndHold(t.Context(), b, msg, wait); err != nil {
+		if err := b.Hold(t.Context(), msg, wait); err != nil {
 			t.Fatal(err)
 		}
 		ids[msg.ID] = true
 	}
 	rabbittest.DeleteQueues(t, gone, broker.DeadQueueName(gone))
 	want := broker.Message{Queue: alive, ID: broker.NewJobID(), Type: "t", Attempt: 1, Body: []byte(`{}`)}
-	if err := declareAndHold(t.Context(), b, want, wait); err != nil {
+	if err := b.Hold(t.Context(), want, wait); err != nil {
 		t.Fatal(err)
 	}
 	if err := firstDelivery(t, b, alive, want.ID, 15*time.Second); err != nil {
