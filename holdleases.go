@@ -21,8 +21,8 @@ import (
 // different waits (a Retry-After of any number of seconds, retries with
 // jitter) would otherwise keep an entry for each wait it ever used.
 type holdLeases struct {
-	byQueue map[holdKey]holdLease
-	swept   int // entries left by the last sweep
+	byQueue map[holdKey]time.Time // when each hold queue was last declared
+	swept   int                   // entries left by the last sweep
 }
 
 // holdKey names a hold queue by its work queue and ttl, without the
@@ -35,15 +35,10 @@ type holdKey struct {
 // String is the hold queue's broker name.
 func (k holdKey) String() string { return broker.HoldQueueName(k.queue, k.ttl) }
 
-// holdLease is when a hold queue was last declared.
-type holdLease struct {
-	declared time.Time
-}
-
 // leaseSweepFloor is the least size the record grows to before a sweep.
 const leaseSweepFloor = 64
 
-func newHoldLeases() holdLeases { return holdLeases{byQueue: map[holdKey]holdLease{}} }
+func newHoldLeases() holdLeases { return holdLeases{byQueue: map[holdKey]time.Time{}} }
 
 // holdPlan is one hold as the keeper of the record decided it: where the
 // job waits, and whether that hold queue is declared before the publish.
@@ -89,11 +84,12 @@ type leaseNews struct {
 
 // plan decides a hold of ttl for spec's queue at now: a hold queue whose
 // lease is not fresh is declared first (and one whose lease is fresh now
-// but no longer when its hold is made is declared then: holder.carry). The record takes a lease only
-// from a declare that succeeded (learn): until one has, every hold
-// declares, since a hold that skipped its declare on the strength of one
-// still under way (or failed) could publish into a queue of that name
-// declared otherwise, by hand, with no way back to its work queue.
+// but no longer when its hold is made is declared then: holder.carry).
+// The record takes a lease only from a declare that succeeded (learn):
+// until one has, every hold declares, since a hold that skipped its
+// declare on the strength of one still under way (or failed) could
+// publish into a queue of that name declared otherwise, by hand, with no
+// way back to its work queue.
 func (l *holdLeases) plan(spec broker.QueueSpec, ttl time.Duration, now time.Time) holdPlan {
 	p := holdPlan{spec: spec, ttl: ttl}
 	if spec.Type == broker.Quorum {
@@ -101,7 +97,7 @@ func (l *holdLeases) plan(spec broker.QueueSpec, ttl time.Duration, now time.Tim
 	}
 	p.hold = holdKey{spec.Name, ttl}
 	if l.fresh(p.hold, now) {
-		p.since = l.byQueue[p.hold].declared
+		p.since = l.byQueue[p.hold]
 		return p
 	}
 	p.declare, p.since = true, now
@@ -114,24 +110,24 @@ func (l *holdLeases) learn(n leaseNews) {
 	if n.hold == (holdKey{}) {
 		return
 	}
-	switch lease, ok := l.byQueue[n.hold]; {
+	switch declared, ok := l.byQueue[n.hold]; {
 	case n.forget:
 		l.forget(n.hold)
-	case !ok || n.at.After(lease.declared):
+	case !ok || n.at.After(declared):
 		l.record(n.hold, n.at)
 	}
 }
 
 // fresh reports whether hold was declared less than its ttl/2 before now.
 func (l *holdLeases) fresh(hold holdKey, now time.Time) bool {
-	lease, ok := l.byQueue[hold]
-	return ok && now.Sub(lease.declared) < hold.ttl/2
+	declared, ok := l.byQueue[hold]
+	return ok && now.Sub(declared) < hold.ttl/2
 }
 
 // record records that a declare of hold started at now, and sweeps the
 // record if it has grown enough since the last sweep.
 func (l *holdLeases) record(hold holdKey, now time.Time) {
-	l.byQueue[hold] = holdLease{declared: now}
+	l.byQueue[hold] = now
 	if len(l.byQueue) > 2*max(l.swept, leaseSweepFloor) {
 		l.sweep(now)
 	}
@@ -139,8 +135,8 @@ func (l *holdLeases) record(hold holdKey, now time.Time) {
 
 // sweep forgets the leases that no longer spare a declare.
 func (l *holdLeases) sweep(now time.Time) {
-	for hold, lease := range l.byQueue {
-		if now.Sub(lease.declared) >= hold.ttl/2 {
+	for hold, declared := range l.byQueue {
+		if now.Sub(declared) >= hold.ttl/2 {
 			delete(l.byQueue, hold)
 		}
 	}

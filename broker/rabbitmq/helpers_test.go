@@ -195,3 +195,14 @@ func workProducer(t *testing.T, b *rabbitmq.Backend, prefix string, names ...str
 
 // prefixOf is the prefix of a work queue named "<prefix>.work".
 func prefixOf(q string) string { return strings.TrimSuffix(q, ".work") }
+
+// heldIn is how many messages the hold queue of q for ttl has, as raw
+// sees it.
+func heldIn(t *testing.T, raw *amqp.Channel, q string, ttl time.Duration) int {
+	t.Helper()
+	held, err := raw.QueueDeclarePassive(broker.HoldQueueName(q, ttl), false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return held.Messages
+}
