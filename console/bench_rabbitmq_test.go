@@ -1,12 +1,9 @@
 package console_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -15,7 +12,6 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -163,11 +159,11 @@ func BenchmarkWorkersWithAConsoleOpen(b *testing.B) {
 // programs use the broker too).
 func cpuPerRefresh(b *testing.B, page string) (self, node time.Duration) {
 	b.Helper()
-	pid := nodePID(b)
+	nodeCPU := rabbittest.NodeCPU(b)
 	read := func() (time.Duration, time.Duration) {
 		var ru syscall.Rusage
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), procCPU(b, pid)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nodeCPU()
 	}
 	const n = 100
 	s0, n0 := read()
@@ -185,39 +181,6 @@ func cpuPerRefresh(b *testing.B, page string) (self, node time.Duration) {
 	<-time.After(took)
 	s2, n2 := read()
 	return max(0, (s1-s0)-(s2-s1)) / n, max(0, (n1-n0)-(n2-n1)) / n
-}
-
-// nodePID is the OS process of the broker's node, as its management API
-// says.
-func nodePID(b *testing.B) int {
-	b.Helper()
-	req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1:15672/api/nodes?columns=os_pid", nil)
-	req.SetBasicAuth("guest", "guest")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var nodes []struct {
-		PID string `json:"os_pid"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&nodes); err != nil || len(nodes) == 0 {
-		b.Fatalf("the broker's node: %v", err)
-	}
-	pid, _ := strconv.Atoi(nodes[0].PID)
-	return pid
-}
-
-// procCPU is the CPU time, user and system, of process pid (Linux).
-func procCPU(b *testing.B, pid int) time.Duration {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		b.Fatalf("the broker node's CPU: %v (is it on this host?)", err)
-	}
-	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(u+st) * time.Second / 100 // USER_HZ
 }
 
 // geomean is the geometric mean of xs: of ratios taken in turns in both

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -110,11 +111,13 @@ func reportRate(b *testing.B, unit string) {
 	}
 }
 
-// confirmWindow publishes on a confirm channel with at most benchWindow
-// publishes outstanding, waiting on the oldest when the window is full.
+// confirmWindow publishes on a confirm channel with at most window
+// publishes outstanding (benchWindow unless set), waiting on the oldest
+// when the window is full.
 type confirmWindow struct {
 	b       *testing.B
 	ch      *amqp.Channel
+	window  int
 	pending []*amqp.DeferredConfirmation // FIFO
 }
 
@@ -126,11 +129,11 @@ func newConfirmWindow(b *testing.B, conn *amqp.Connection) *confirmWindow {
 	if err := ch.Confirm(false); err != nil {
 		b.Fatal(err)
 	}
-	return &confirmWindow{b: b, ch: ch, pending: make([]*amqp.DeferredConfirmation, 0, benchWindow)}
+	return &confirmWindow{b: b, ch: ch, window: benchWindow, pending: make([]*amqp.DeferredConfirmation, 0, benchWindow)}
 }
 
 func (w *confirmWindow) publish(queue string, pub amqp.Publishing) {
-	if len(w.pending) == benchWindow {
+	if len(w.pending) >= w.window {
 		w.waitOldest()
 	}
 	dc, err := w.ch.PublishWithDeferredConfirm("", queue, true, false, pub)
@@ -243,6 +246,105 @@ func BenchmarkPublish(b *testing.B) {
 		b.StopTimer()
 		reportRate(b, "msgs/s")
 	})
+}
+
+// holdWindow is how many holds BenchmarkHold keeps in flight: a worker's
+// at prefetch 32 (bench scenario 8).
+const holdWindow = 32
+
+// benchHoldTTL is BenchmarkHold's wait: far longer than a run.
+const benchHoldTTL = 30 * time.Minute
+
+// BenchmarkHold measures holds, holdWindow in flight, and what each costs
+// the broker's node (broker-µs/op; the node must run on this host): the
+// backend's Hold (a passive declare of the work queue, then the publish,
+// ARCHITECTURE.md "Waiting: hold queues") on one publishing channel and on
+// four (the default), raw amqp091 publishing the same message into the
+// same hold queue on one channel, and raw amqp091 sending the same passive
+// declare before each publish (raw/checked): the difference between the
+// raw runs is what the work-queue check costs the broker.
+func BenchmarkHold(b *testing.B) {
+	body := jsonBody(time.Now().UnixNano(), benchBodySize)
+
+	for _, channels := range []int{1, 4} {
+		b.Run(fmt.Sprintf("queuey/channels=%d", channels), func(b *testing.B) { queueyHolds(b, body, channels) })
+	}
+	for _, checked := range []bool{false, true} {
+		name := "raw"
+		if checked {
+			name = "raw/checked"
+		}
+		b.Run(name, func(b *testing.B) { rawHolds(b, body, checked) })
+	}
+}
+
+// queueyHolds makes b.N holds through a backend with channels publishing
+// channels (rabbitmq.Options.PublishChannels), holdWindow in flight.
+func queueyHolds(b *testing.B, body []byte, channels int) {
+	be := rabbittest.Dial(b, &rabbitmq.Options{PublishChannels: channels, Logger: slog.New(slog.DiscardHandler)})
+	defer be.Close()
+	queue := unique("bench-hold")
+	defer deleteQueuesB(b, queue, broker.HoldQueueName(queue, benchHoldTTL))
+	ctx := context.Background()
+	if err := be.Declare(ctx, broker.QueueSpec{Name: queue, MaxPriority: benchMaxPriority, Durable: true}); err != nil {
+		b.Fatal(err)
+	}
+	if err := be.DeclareHold(ctx, queue, benchHoldTTL); err != nil {
+		b.Fatal(err)
+	}
+	b.SetParallelism(max(1, holdWindow/runtime.GOMAXPROCS(0)))
+	measureHolds(b, func() {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := be.Hold(ctx, benchMessage(queue, body), benchHoldTTL); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+// rawHolds publishes b.N messages into a hold queue declared as the
+// backend declares it, holdWindow in flight, each after a passive declare
+// of its work queue when checked.
+func rawHolds(b *testing.B, body []byte, checked bool) {
+	conn := dialRaw(b)
+	defer conn.Close()
+	queue := unique("bench-hold-raw")
+	hold := broker.HoldQueueName(queue, benchHoldTTL)
+	defer deleteQueuesB(b, queue, hold)
+	w := newConfirmWindow(b, conn)
+	declareRaw(b, w.ch, queue)
+	if _, err := w.ch.QueueDeclare(hold, true, false, false, false, amqp.Table(broker.HoldQueueArgs(queue, benchHoldTTL))); err != nil {
+		b.Fatal(err)
+	}
+	w.window = holdWindow
+	measureHolds(b, func() {
+		for range b.N {
+			if checked {
+				if _, err := w.ch.QueueDeclarePassive(queue, false, false, false, true, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			w.publish(hold, rawPublishing(body))
+		}
+		w.drain()
+	})
+}
+
+// measureHolds times holds, which makes b.N of them, and reports their
+// rate and the broker's CPU time per hold.
+func measureHolds(b *testing.B, holds func()) {
+	nodeCPU := rabbittest.NodeCPU(b)
+	b.SetBytes(benchBodySize)
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := nodeCPU()
+	holds()
+	b.StopTimer()
+	b.ReportMetric(float64(nodeCPU()-start)/float64(time.Microsecond)/float64(b.N), "broker-µs/op")
+	reportRate(b, "msgs/s")
 }
 
 // benchJob carries its send time; Pad brings the encoded envelope to about

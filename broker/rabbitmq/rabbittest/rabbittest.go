@@ -1,13 +1,20 @@
 // Package rabbittest is what tests against a real RabbitMQ share: the
 // broker's URL, a dial that says how to get a broker when there is none,
-// and the deletion of the queues a test made.
+// the deletion of the queues a test made, and the CPU time of the
+// broker's node for benchmarks.
 package rabbittest
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,4 +69,47 @@ func DeleteQueues(t testing.TB, queues ...string) {
 		}
 		_ = ch.Close()
 	}
+}
+
+// NodeCPU returns a reader of the CPU time, user and system, that the
+// broker's node has used so far: its OS process, as the management API on
+// 127.0.0.1:15672 names it, read from /proc. The node must run on this
+// host, on Linux; t fails otherwise.
+func NodeCPU(t testing.TB) func() time.Duration {
+	t.Helper()
+	pid := nodePID(t)
+	return func() time.Duration {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatalf("the broker node's CPU: %v (is it on this host?)", err)
+		}
+		// Fields after the command's closing parenthesis: state is the
+		// first, utime the 12th and stime the 13th, in clock ticks.
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		return time.Duration(u+st) * time.Second / 100 // USER_HZ
+	}
+}
+
+// nodePID is the OS process of the broker's node, as its management API
+// says.
+func nodePID(t testing.TB) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1:15672/api/nodes?columns=os_pid", nil)
+	req.SetBasicAuth("guest", "guest")
+	req.Close = true // no connection is kept: tests look for goroutines left behind
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var nodes []struct {
+		PID string `json:"os_pid"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&nodes); err != nil || len(nodes) == 0 {
+		t.Fatalf("the broker's node: %v", err)
+	}
+	pid, _ := strconv.Atoi(nodes[0].PID)
+	return pid
 }
