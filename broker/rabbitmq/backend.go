@@ -345,7 +345,7 @@ func (b *Backend) Hold(ctx context.Context, msg broker.Message, ttl time.Duratio
 		secs := int64(broker.LevelsTTL(ttl) / time.Second)
 		to.exchange, to.key = broker.DelayLevelName(broker.DelayLevels-1), broker.DelayRoutingKey(secs, landsOn(spec, msg))
 	}
-	err = b.publish(ctx, to, publishing(msg, nil))
+	err = b.publishVia(ctx, viaHolds, to, publishing(msg, nil))
 	if errors.Is(err, broker.ErrUnroutable) || errors.Is(err, errNoExchange) {
 		return fmt.Errorf("%w: %w", broker.ErrNoHold, err)
 	}
@@ -393,7 +393,7 @@ func (b *Backend) DeadLetter(ctx context.Context, dl broker.DeadLetter) error {
 		broker.HeaderAttempts:      dl.Attempt,
 	}
 	dead := broker.DeadQueueName(dl.Queue)
-	err := b.publish(ctx, toQueue(dead), publishing(dl.Message, extra))
+	err := b.publishVia(ctx, viaHolds, toQueue(dead), publishing(dl.Message, extra))
 	if !errors.Is(err, broker.ErrUnroutable) {
 		return err
 	}
@@ -408,30 +408,34 @@ func (b *Backend) DeadLetter(ctx context.Context, dl broker.DeadLetter) error {
 	if derr := b.Declare(ctx, spec); derr != nil {
 		return fmt.Errorf("dead-letter queue %q is gone, and declaring it again failed: %w", dead, derr)
 	}
-	return b.publish(ctx, toQueue(dead), publishing(dl.Message, extra))
+	return b.publishVia(ctx, viaHolds, toQueue(dead), publishing(dl.Message, extra))
 }
 
+// publish publishes on the pool's channels (viaPool) and waits for the
+// confirm.
 func (b *Backend) publish(ctx context.Context, to route, pub amqp.Publishing) error {
-	err := b.publishOn(ctx, to, pub, false)
+	return b.publishVia(ctx, viaPool, to, pub)
+}
+
+// publishVia publishes on the channel v says and waits for the confirm,
+// and publishes again what the broker nacked (publishNacked).
+func (b *Backend) publishVia(ctx context.Context, v via, to route, pub amqp.Publishing) error {
+	err := b.publishOn(ctx, v, to, pub)
 	if errors.Is(err, ErrNacked) && ctx.Err() == nil {
 		return b.publishNacked(ctx, to, pub)
 	}
 	return err
 }
 
-// publishOn publishes through the next live connection, on the pool's
-// channels or, alone, on a channel of its own.
-func (b *Backend) publishOn(ctx context.Context, to route, pub amqp.Publishing, alone bool) error {
+// publishOn publishes through the next live connection, on the channel v
+// says.
+func (b *Backend) publishOn(ctx context.Context, v via, to route, pub amqp.Publishing) error {
 	for {
 		s, err := b.session(ctx)
 		if err != nil {
 			return err
 		}
-		if alone {
-			err = s.publishAlone(ctx, to, pub)
-		} else {
-			err = s.publish(ctx, to, pub)
-		}
+		err = s.publish(ctx, v, to, pub)
 		if errors.Is(err, ErrConnectionLost) && ctx.Err() == nil {
 			continue // the next connection takes it
 		}
@@ -449,7 +453,7 @@ func (b *Backend) publishNacked(ctx context.Context, to route, pub amqp.Publishi
 		if err := pause.wait(ctx); err != nil {
 			return fmt.Errorf("%w (published again until: %w)", ErrNacked, err)
 		}
-		err := b.publishOn(ctx, to, pub, true)
+		err := b.publishOn(ctx, viaAlone, to, pub)
 		if !errors.Is(err, ErrNacked) || ctx.Err() != nil {
 			return err
 		}

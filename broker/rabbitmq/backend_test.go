@@ -83,6 +83,37 @@ func TestAHoldIntoWhatIsNotThereHoldsNothing(t *testing.T) {
 	}
 }
 
+// TestAHoldThatFindsItsWorkQueueGoneLeavesThePoolOpen: holds go on a
+// publishing channel of their own, so the check of a hold whose work
+// queue is gone (a 404, which closes the channel it was sent on) closes
+// that channel, not one of the pool, where a producer's publishes may be
+// in flight (they would fail with it and go again, each alone).
+func TestAHoldThatFindsItsWorkQueueGoneLeavesThePoolOpen(t *testing.T) {
+	t.Parallel()
+	b := rabbittest.Dial(t, &rabbitmq.Options{PublishChannels: 1, Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { _ = b.Close() })
+	q := unique("holdapart") + ".work"
+	t.Cleanup(func() { rabbittest.DeleteQueues(t, q, broker.DeadQueueName(q), broker.HoldQueueName(q, time.Minute)) })
+	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.DeclareHold(t.Context(), q, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(t.Context(), broker.Message{Queue: q, ID: "1", Body: []byte("{}")}); err != nil {
+		t.Fatal(err) // the pool's one channel is open
+	}
+	if _, err := rawChannel(t).QueueDelete(q, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Hold(t.Context(), broker.Message{Queue: q, ID: "2", Body: []byte("{}")}, time.Minute); !errors.Is(err, broker.ErrNoQueue) {
+		t.Fatalf("Hold with its work queue gone: %v; want ErrNoQueue", err)
+	}
+	if n := rabbitmq.PoolChannelsClosed(b); n != 0 {
+		t.Errorf("the hold's 404 closed %d channel of the publishing pool; want 0", n)
+	}
+}
+
 // TestAHoldForAWorkQueueGoneIsTakenOnce: a hold asked for while its work
 // queue is gone is not taken by the broker until the queue is back, so it
 // is in the hold queue once, not twice (once when it went out, once again
@@ -105,15 +136,15 @@ func TestAHoldForAWorkQueueGoneIsTakenOnce(t *testing.T) {
 	}
 }
 
-// TestConcurrentHoldsShareChannelsWithoutLosingTheConnection: each hold
+// TestConcurrentHoldsShareAChannelWithoutLosingTheConnection: each hold
 // sends a passive declare of its work queue just before its publish, on
-// the same channel, which others publish on at the same time: a declare
+// the holds' channel, which others publish on at the same time: a declare
 // that came between the frames of another's publish would be a protocol
 // error, which ends the connection.
-func TestConcurrentHoldsShareChannelsWithoutLosingTheConnection(t *testing.T) {
+func TestConcurrentHoldsShareAChannelWithoutLosingTheConnection(t *testing.T) {
 	t.Parallel()
 	var lost atomic.Int64
-	opts := rabbitmq.Options{PublishChannels: 2, Logger: slog.New(countingHandler{text: "connection lost", n: &lost})}
+	opts := rabbitmq.Options{Logger: slog.New(countingHandler{text: "connection lost", n: &lost})}
 	b := rabbittest.Dial(t, &opts)
 	t.Cleanup(func() { _ = b.Close() })
 	q := unique("holdsshare") + ".work"
@@ -142,8 +173,8 @@ func TestConcurrentHoldsShareChannelsWithoutLosingTheConnection(t *testing.T) {
 }
 
 // TestHoldsBesideAWorkQueueGoneAreAllHeld: holds for two work queues share
-// the backend's publishing channels; one queue is deleted while they are
-// in flight, and they go on after. The hold that finds it gone closes its
+// the backend's channel of holds; one queue is deleted while they are in
+// flight, and they go on after. The hold that finds it gone closes its
 // channel, and what was in flight on it with it, though for the other
 // queue, is published again; the queue is declared again: every hold is
 // done and every job is in its hold queue (some, maybe, twice).
@@ -151,7 +182,7 @@ func TestHoldsBesideAWorkQueueGoneAreAllHeld(t *testing.T) {
 	t.Parallel()
 	prefix := unique("holdsbeside")
 	t.Cleanup(func() { deletePrefixed(t, prefix) })
-	b := rabbittest.Dial(t, &rabbitmqOptionsFewChannels)
+	b := rabbittest.Dial(t, nil)
 	t.Cleanup(func() { _ = b.Close() })
 	names := []string{"stays", "goes"}
 	for _, n := range names {

@@ -213,8 +213,10 @@ type session struct {
 	conn   *amqp.Connection
 	socket *countedConn // under conn; closed to give the connection up (guard)
 	log    *slog.Logger
-	pubs   []atomic.Pointer[publisher]
+	pubs   []atomic.Pointer[publisher] // the pool: publishes, batches, broadcasts
 	next   atomic.Uint64
+	// holds is the confirm channel of holds and dead letters (viaHolds).
+	holds atomic.Pointer[publisher]
 
 	// Semaphores rather than mutexes, so that a caller waits for its turn
 	// no longer than its ctx allows, whoever holds it.
@@ -466,10 +468,36 @@ func (s *session) close(backendClosed bool) {
 	s.closeMu.Unlock()
 }
 
-// publisher returns a live confirm channel from the pool, opening it if it
-// is new or was closed by a channel error.
-func (s *session) publisher(ctx context.Context) (*publisher, error) {
-	slot := &s.pubs[int(s.next.Add(1)%uint64(len(s.pubs)))]
+// via says which confirm channel a publish goes on.
+type via int
+
+const (
+	// viaPool is the next channel of the pool (Options.PublishChannels),
+	// which spreads many callers' publishes over its channels.
+	viaPool via = iota
+	// viaHolds is the one channel of holds and dead letters, apart from
+	// the pool: a worker's settlements keep many in flight, which one
+	// channel confirms in fewer frames and less broker work than four
+	// (BenchmarkHold), and the work-queue check of a hold that finds its
+	// queue gone closes this channel, not one of a producer's publishes.
+	viaHolds
+	// viaAlone is a channel opened for the publish and closed after it,
+	// so that a refusal on it is the publish's own (publishAlone).
+	viaAlone
+)
+
+// slot is where the channel of v is kept: the next of the pool's, or the
+// holds'.
+func (s *session) slot(v via) *atomic.Pointer[publisher] {
+	if v == viaHolds {
+		return &s.holds
+	}
+	return &s.pubs[int(s.next.Add(1)%uint64(len(s.pubs)))]
+}
+
+// publisher returns the live confirm channel of slot, opening it if it is
+// new or was closed by a channel error.
+func (s *session) publisher(ctx context.Context, slot *atomic.Pointer[publisher]) (*publisher, error) {
 	if p := slot.Load(); p != nil && !p.isDead() {
 		return p, nil
 	}
@@ -500,19 +528,23 @@ func (s *session) openPublisher(ctx context.Context) (p *publisher, err error) {
 	return p, nil
 }
 
-func (s *session) publish(ctx context.Context, to route, pub amqp.Publishing) error {
+// publish publishes on the channel v says and waits for its confirm.
+func (s *session) publish(ctx context.Context, v via, to route, pub amqp.Publishing) error {
+	if v == viaAlone {
+		return s.publishAlone(ctx, to, pub)
+	}
 	if err := s.waitUnblocked(ctx); err != nil {
 		return err
 	}
-	p, err := s.publisher(ctx)
+	p, err := s.publisher(ctx, s.slot(v))
 	if err != nil {
 		return err
 	}
 	err = s.blockedOr(ctx, p.publish(ctx, to, pub))
 	if errors.Is(err, errSharedRefusal) {
-		// The pool's channels are shared: the refused publish may have
-		// been another in flight on the same channel. A refusal on a
-		// channel of its own is this message's.
+		// The channel is shared: the refused publish may have been
+		// another in flight on it. A refusal on a channel of its own is
+		// this message's.
 		return s.publishAlone(ctx, to, pub)
 	}
 	return err
@@ -596,7 +628,7 @@ const batchWindow = 256
 // the pool (a privatePublisher), so that only the refused one fails (the
 // others the broker had taken before the refusal arrive twice).
 func (s *session) publishBatch(ctx context.Context, msgs []broker.Message, routes []route, todo []int, settled func(i int, err error)) (lost []int) {
-	p, err := s.publisher(ctx)
+	p, err := s.publisher(ctx, s.slot(viaPool))
 	if err != nil {
 		if errors.Is(err, ErrConnectionLost) {
 			return todo

@@ -38,3 +38,24 @@ func Written(b *Backend) int64 {
 // own channel) on each, which spreads a few hundred queues over several
 // connections without changing the broker's settings.
 func SetConsumeChannelMax(o *Options, n uint16) { o.consumeChannelMax = n }
+
+// PoolChannelsClosed counts the channels of b's publishing pool that a
+// channel error has closed (the broker's answer to a publish on them).
+func PoolChannelsClosed(b *Backend) int {
+	b.mu.Lock()
+	s := b.pub.conn
+	b.mu.Unlock()
+	closed := 0
+	for i := range s.pubs {
+		p := s.pubs[i].Load()
+		if p == nil {
+			continue
+		}
+		p.mu.Lock() // failAll holds it until it has recorded why
+		if p.failed != nil {
+			closed++
+		}
+		p.mu.Unlock()
+	}
+	return closed
+}

@@ -133,7 +133,8 @@ func deletePrefixed(t *testing.T, prefix string) {
 	rabbittest.DeleteQueues(t, names...)
 }
 
-// rabbitmqOptionsFewChannels puts many publishes on each confirm channel.
+// rabbitmqOptionsFewChannels puts many publishes on each confirm channel of
+// the pool.
 var rabbitmqOptionsFewChannels = rabbitmq.Options{PublishChannels: 2}
 
 // rawChannel is a channel of a plain amqp091 connection of the test's

@@ -46,7 +46,7 @@ func (b *Backend) TakeKey(ctx context.Context, name, id string, ttl time.Duratio
 		if err != nil {
 			return "", err
 		}
-		err = b.publishOn(ctx, toQueue(name), keyMessage(id), false)
+		err = b.publishOn(ctx, viaPool, toQueue(name), keyMessage(id))
 		switch {
 		case err == nil:
 			return id, b.writeHolder(ctx, name, id)

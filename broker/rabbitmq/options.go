@@ -16,7 +16,9 @@ type Options struct {
 	// publishing connection; the consumers' connections show it followed
 	// by " (consume)", " (consume 2)" and so on. Default "queuey".
 	ConnectionName string
-	// PublishChannels is the size of the confirm-channel pool. Default 4.
+	// PublishChannels is the size of the confirm-channel pool over which
+	// publishes (Publish, PublishBatch, broadcasts) are spread. Default 4.
+	// Holds and dead letters go on one more channel, of their own.
 	PublishChannels int
 	// ReconnectMin and ReconnectMax bound the jittered backoff between dials
 	// after the connection is lost. Defaults 100 ms and 10 s.
