@@ -220,7 +220,7 @@ type session struct {
 
 	// Semaphores rather than mutexes, so that a caller waits for its turn
 	// no longer than its ctx allows, whoever holds it.
-	opening        chan struct{} // one pool channel opened at a time
+	opening        chan struct{} // one publishing channel (pool or holds) opened at a time
 	declSem        chan struct{} // one declare at a time on declCh, which it guards
 	declCh         *amqp.Channel
 	delaysDeclared atomic.Bool // the delay levels, on this connection (quorum.go)

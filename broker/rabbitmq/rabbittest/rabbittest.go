@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -104,11 +105,17 @@ func nodePID(t testing.TB) int {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var nodes []struct {
 		PID string `json:"os_pid"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&nodes); err != nil || len(nodes) == 0 {
-		t.Fatalf("the broker's node: %v", err)
+	// A plugin enabled a moment ago lists [[]] until its first statistics.
+	if err := json.Unmarshal(body, &nodes); err != nil || len(nodes) == 0 || nodes[0].PID == "" {
+		t.Fatalf("the broker's node: the management API answered %d %.200q, with no os_pid "+
+			"(enabled a moment ago? it lists its node within seconds)", resp.StatusCode, body)
 	}
 	pid, _ := strconv.Atoi(nodes[0].PID)
 	return pid
