@@ -33,6 +33,7 @@ type consumer struct {
 	queue string
 	ch    *amqp.Channel
 	slot  *channelSlot // ch's, of its connection's channels: released once ch is closed
+	acks  *acker       // ch's: settles the deliveries of every consumer on it
 	out   chan broker.Delivery
 	stop  chan struct{}
 	ended chan struct{}
@@ -69,7 +70,7 @@ func (s *session) consumeAll(ctx context.Context, slot *channelSlot, queues []st
 		if err != nil {
 			return err
 		}
-		on = consumeChannel{ch: ch, slot: slot, consumers: len(queues)}
+		on = consumeChannel{ch: ch, slot: slot, consumers: len(queues), acks: newAcker(ch, sum(prefetches))}
 		for i, queue := range queues {
 			var c *consumer
 			if c, err = s.startConsumer(on, queue, prefetches[i], exclusive); err != nil {
@@ -91,11 +92,20 @@ func (s *session) consumeAll(ctx context.Context, slot *channelSlot, queues []st
 }
 
 // consumeChannel is a channel opened for consumers: its slot of the
-// connection's channels, and how many consume on it.
+// connection's channels, how many consume on it, and its acker.
 type consumeChannel struct {
 	ch        *amqp.Channel
 	slot      *channelSlot
 	consumers int
+	acks      *acker
+}
+
+func sum(ns []int) int {
+	total := 0
+	for _, n := range ns {
+		total += n
+	}
+	return total
 }
 
 // startConsumer consumes queue on on.ch, one of on.consumers on it, and
@@ -110,7 +120,7 @@ func (s *session) startConsumer(on consumeChannel, queue string, prefetch int, e
 	if err != nil {
 		return nil, err
 	}
-	c := &consumer{tag: tag, queue: queue, ch: ch, slot: on.slot,
+	c := &consumer{tag: tag, queue: queue, ch: ch, slot: on.slot, acks: on.acks,
 		out: make(chan broker.Delivery), stop: make(chan struct{}), ended: make(chan struct{})}
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	// amqp091 tells of a basic.cancel from the broker here before it ends
@@ -164,6 +174,7 @@ func (c *consumer) run(deliveries <-chan amqp.Delivery, closed <-chan *amqp.Erro
 				if errors.Is(c.err, ErrConsumerCancelled) {
 					// Its channel outlives a broker's cancel: closed, not
 					// left open for each time the queue is deleted.
+					c.acks.flush()
 					_ = c.ch.Close()
 				}
 				if c.ch.IsClosed() { // by the broker, or above; after a Stop it stays open to settle
@@ -275,6 +286,7 @@ func (c *consumer) Cancel() {
 	c.once.Do(func() {
 		c.cancelled.Store(true)
 		close(c.stop)
+		c.acks.flush() // what was settled goes before the channel closes
 		_ = c.ch.Close()
 		c.slot.release()
 		<-c.ended
@@ -305,14 +317,14 @@ func (d *delivery) Ack(context.Context) error {
 	if !d.settled.CompareAndSwap(false, true) {
 		return broker.ErrAlreadySettled
 	}
-	return d.settleErr(d.d.Ack(false))
+	return d.settleErr(d.c.acks.settle(d.d.DeliveryTag, false))
 }
 
 func (d *delivery) Requeue(context.Context) error {
 	if !d.settled.CompareAndSwap(false, true) {
 		return broker.ErrAlreadySettled
 	}
-	return d.settleErr(d.d.Nack(false, true))
+	return d.settleErr(d.c.acks.settle(d.d.DeliveryTag, true))
 }
 
 // settleErr: the delivery's own channel is closed, so the broker has taken
