@@ -12,7 +12,6 @@ import (
 
 	"github.com/queuey-go/queuey/actor"
 	"github.com/queuey-go/queuey/broker"
-	"github.com/queuey-go/queuey/mailbox"
 )
 
 // holdKind says why a job waits; it picks the rounding step.
@@ -206,42 +205,56 @@ type holdActor struct {
 	leases    holdLeases                                     // the hold queues declared; the actor's
 	limit     int                                            // publishes in flight at most
 	run       int                                            // Runs so far; the actor's
-	started   []chan holdRequest                             // this Run's publishing goroutines, by channel; the actor's
-	idle      []chan holdRequest                             // those free for a publish; the actor's
+	started   []*publishing                                  // this Run's publishing goroutines; the actor's
+	idle      []*publishing                                  // those free for a publish; the actor's
 	waiting   []holdRequest                                  // requests beyond limit, oldest first; the actor's
 	publishes sync.WaitGroup                                 // the publishing goroutines; Run waits for them
 	publish   func(*settlement, holdPlan) (leaseNews, error) // a settlement's publish and ack (settler.publishAndAck)
 }
 
-// holdMsg is a message to the hold actor: a holdRequest, or a
-// publishFinished from one of its publishes' goroutines.
-type holdMsg interface{ holdMsg() }
-
-// publishFinished: a publish the hold actor started in its run is over
-// and answered; the publishing goroutine of channel by is free. news is
-// what its hold learned of its hold queue's lease.
-type publishFinished struct {
+// publishing is one of the hold actor's publishing goroutines: the
+// channel it takes its publishes on, and the Run that started it.
+type publishing struct {
+	work chan holdRequest
 	run  int
-	by   chan holdRequest
-	news leaseNews
 }
 
-func (holdRequest) holdMsg()     {}
-func (publishFinished) holdMsg() {}
+// holdMsg is a message to the hold actor: a settleRequest or a
+// holdRequest, or, from one of its publishing goroutines, a leaseLearned
+// and a publishFreed. The frequent ones, a settlement's request and a
+// publish's end, are a pointer each, which takes no allocation to send.
+type holdMsg interface{ holdMsg() }
+
+// settleRequest asks for the publish of a settlement (and its ack), whose
+// answer goes to its queue actor's inbox (settlement.inbox).
+type settleRequest struct{ s *settlement }
+
+// publishFreed: a publish the hold actor handed to g is over and
+// answered; g is free for the next.
+type publishFreed struct{ g *publishing }
+
+// leaseLearned is what a hold learned of its hold queue's lease (a
+// declare made or failed), before its goroutine is free.
+type leaseLearned struct{ news leaseNews }
+
+func (settleRequest) holdMsg() {}
+func (holdRequest) holdMsg()   {}
+func (publishFreed) holdMsg()  {}
+func (leaseLearned) holdMsg()  {}
 
 // errHoldStopped answers the requests still waiting for a place when the
 // hold actor stops: none is published; a settlement's is given back to
 // the broker by its queue actor, which is stopping too.
 var errHoldStopped = errors.New("the worker's hold actor stopped before making the publish")
 
-// holdRequest asks the hold actor for one publish: a settlement's, whose
-// answer goes to its queue actor's inbox, or a hold of msg for delay
-// (ask), answered on reply. ctx is the asker's: it bounds the publish,
-// which outlives the message.
+// holdRequest is one publish the hold actor hands to a publishing
+// goroutine: a settlement's (from a settleRequest), or a hold of msg for
+// delay (ask, whose message it is), answered on reply; ctx is the
+// asker's and bounds the publish, which outlives the message. A request
+// beyond the actor's limit waits as one.
 type holdRequest struct {
 	ctx    context.Context
 	settle *settlement
-	answer *mailbox.Mailbox[queueMsg] // for settle
 	msg    broker.Message
 	delay  time.Duration
 	kind   holdKind
@@ -274,8 +287,8 @@ func (a *holdActor) Run(ctx context.Context) error {
 // endPublishing lets this Run's publishing goroutines end once they have
 // made the publish they hold, if any.
 func (a *holdActor) endPublishing() {
-	for _, c := range a.started {
-		close(c)
+	for _, g := range a.started {
+		close(g.work)
 	}
 	a.started, a.idle = nil, nil
 }
@@ -297,17 +310,17 @@ func (a *holdActor) Stop() { a.inbox.Stop() }
 // frees its place and tells what it learned of a lease.
 func (a *holdActor) receive(ctx context.Context, m holdMsg) error {
 	switch m := m.(type) {
+	case settleRequest:
+		a.requested(ctx, holdRequest{settle: m.s})
 	case holdRequest:
-		a.planHold(&m)
-		if !a.start(ctx, m) {
-			a.waiting = append(a.waiting, m)
-		}
-	case publishFinished:
+		a.requested(ctx, m)
+	case leaseLearned:
 		a.leases.learn(m.news)
-		if m.run != a.run {
-			return nil // its goroutine ended with the Run before
+	case publishFreed:
+		if m.g.run != a.run {
+			return nil // it ended with the Run before
 		}
-		a.idle = append(a.idle, m.by)
+		a.idle = append(a.idle, m.g)
 		if len(a.waiting) > 0 {
 			next := a.waiting[0]
 			a.waiting[0] = holdRequest{}
@@ -318,33 +331,42 @@ func (a *holdActor) receive(ctx context.Context, m holdMsg) error {
 	return nil
 }
 
+// requested plans req's hold and starts its publish, or keeps it for the
+// next place.
+func (a *holdActor) requested(ctx context.Context, req holdRequest) {
+	a.planHold(&req)
+	if !a.start(ctx, req) {
+		a.waiting = append(a.waiting, req)
+	}
+}
+
 // start hands req to a publishing goroutine that is free, starting one
 // if none is and there are fewer than limit; false if there is no place.
 func (a *holdActor) start(ctx context.Context, req holdRequest) bool {
 	if n := len(a.idle); n > 0 {
-		c := a.idle[n-1]
+		g := a.idle[n-1]
 		a.idle = a.idle[:n-1]
-		c <- req // idle: its room is free
+		g.work <- req // idle: its room is free
 		return true
 	}
 	if len(a.started) == a.limit {
 		return false
 	}
-	c := make(chan holdRequest, 1)
-	a.started = append(a.started, c)
-	run := a.run
-	a.publishes.Go(func() { a.publishAll(ctx, run, c) })
-	c <- req
+	g := &publishing{work: make(chan holdRequest, 1), run: a.run}
+	a.started = append(a.started, g)
+	a.publishes.Go(func() { a.publishAll(ctx, g) })
+	g.work <- req
 	return true
 }
 
-// publishAll makes the publishes handed to it on work, one at a time, until
-// work is closed: it tells the actor that its place is free and what its
-// hold learned of a lease (unless the actor's Run has ended: then no place
-// is waited for), then answers the asker, whose next hold is so planned
-// on a record that knows this one's.
-func (a *holdActor) publishAll(ctx context.Context, run int, work chan holdRequest) {
-	for req := range work {
+// publishAll is g's goroutine: it makes the publishes handed to it, one
+// at a time, until its channel is closed. After each it tells the actor
+// what its hold learned of a lease, if anything, and that g is free
+// (unless the actor's Run has ended: then no place is waited for), then
+// answers the asker, whose next hold is so planned on a record that knows
+// this one's.
+func (a *holdActor) publishAll(ctx context.Context, g *publishing) {
+	for req := range g.work {
 		var news leaseNews
 		var err error
 		if req.settle != nil {
@@ -352,7 +374,10 @@ func (a *holdActor) publishAll(ctx context.Context, run int, work chan holdReque
 		} else {
 			news, err = a.carry(req.ctx, req.msg, req.plan)
 		}
-		_ = a.inbox.Send(ctx, publishFinished{run: run, by: work, news: news})
+		if news != (leaseNews{}) { // most holds learn nothing
+			_ = a.inbox.Send(ctx, leaseLearned{news})
+		}
+		_ = a.inbox.Send(ctx, publishFreed{g})
 		a.answer(req, err)
 	}
 }
@@ -375,17 +400,16 @@ func (a *holdActor) answer(req holdRequest, err error) {
 		req.reply.Send(struct{}{}, err)
 		return
 	}
-	_ = req.answer.Put(context.Background(), publishDone{run: req.settle.run, s: req.settle, err: err}) // it has room
+	_ = req.settle.inbox.Put(context.Background(), publishDone{run: req.settle.run, s: req.settle, err: err}) // it has room
 }
 
-// tell asks for s's publish, answered on answer; it does not wait for the
-// publish, only, when the mailbox is full, for room in it. Neither wait
-// ends with s's ctx: a job cut short by a stop is still published again
-// (publishCopy), and the publish itself says what a cancelled ctx does to
-// it.
-func (a *holdActor) tell(s *settlement, answer *mailbox.Mailbox[queueMsg]) error {
-	ctx := context.WithoutCancel(s.ctx)
-	if err := a.inbox.Send(ctx, holdMsg(holdRequest{ctx: ctx, settle: s, answer: answer})); err != nil {
+// tell asks for s's publish, answered on its queue actor's inbox; it does
+// not wait for the publish, only, when the mailbox is full, for room in
+// it. Neither wait ends with s's ctx: a job cut short by a stop is still
+// published again (publishCopy), and the publish itself says what a
+// cancelled ctx does to it.
+func (a *holdActor) tell(s *settlement) error {
+	if err := a.inbox.Send(context.Background(), holdMsg(settleRequest{s})); err != nil {
 		return fmt.Errorf("publish for its %s: %w", s.opName(), err)
 	}
 	return nil

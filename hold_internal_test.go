@@ -38,7 +38,7 @@ func testHoldActorBounds(t *testing.T) {
 	go func() { ran <- a.Run(ctx) }()
 	answers := mailbox.New[queueMsg](10)
 	for i := range 5 {
-		if err := a.tell(&settlement{ctx: t.Context(), run: i}, answers); err != nil {
+		if err := a.tell(&settlement{ctx: t.Context(), run: i, inbox: answers}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -421,4 +421,19 @@ func testWorkersDeferrals(t *testing.T) {
 	if len(b.declared) != 1 || b.holds != 2 {
 		t.Errorf("two deferrals of a minute: %v; want one declare and two holds", b.events)
 	}
+}
+
+// The hold actor's frequent messages, a settlement's request and a
+// publish's end, are a pointer each: sending one allocates nothing (a
+// field added to either would box it on every publish).
+func TestTheHoldActorsFrequentMessagesAllocateNothing(t *testing.T) {
+	s, g := &settlement{}, &publishing{}
+	var sink holdMsg
+	if n := testing.AllocsPerRun(100, func() { sink = settleRequest{s} }); n != 0 {
+		t.Errorf("settleRequest: %v allocations a message, want 0", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { sink = publishFreed{g} }); n != 0 {
+		t.Errorf("publishFreed: %v allocations a message, want 0", n)
+	}
+	_ = sink
 }

@@ -31,7 +31,7 @@ func (l *queueLoop) ranToSettle(m taskToSettle) {
 func (l *queueLoop) settle(s *settlement) {
 	l.publishing++
 	s.run = l.run
-	if err := l.w.hold.tell(s, l.inbox); err != nil {
+	if err := l.w.hold.tell(s); err != nil {
 		l.publishing--
 		l.published(s, err)
 	}

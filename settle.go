@@ -50,7 +50,7 @@ type settlement struct {
 	q     *queueConfig
 	log   jobLog
 	hook  *deliveryHook              // the Deliver hook's call, told the outcome once
-	inbox *mailbox.Mailbox[queueMsg] // the queue actor's: for a suspect's pause notice
+	inbox *mailbox.Mailbox[queueMsg] // the queue actor's: the hold actor's answer, a suspect's pause notice
 	run   int                        // the queue actor's run that handed the delivery out
 
 	tries   int            // failed publishes so far
