@@ -67,7 +67,7 @@ var scenarioDocs = map[int]scenarioDoc{
 		return fmt.Sprintf("%d jobs wait on the queue, then one worker (prefetch %s, a run set each) settles their first runs: jobs "+
 			"that succeed, defer once or fail once and retry (each wait %v): what the hold actor's publishes cost. "+
 			"Baseline: the jobs that succeed; and plain amqp091-go doing the same work (consume, publish into a hold "+
-			"queue, confirm, ack) against consume and ack, the broker's ceiling. The CPU rows: the broker's and this "+
+			"queue, confirm, an ack each) against consume and ack, the broker's ceiling. The CPU rows: the broker's and this "+
 			"process's CPU time per job while the jobs settle. Every run is timed from its first delivery.", c.settleN, joinInts(c.settlePrefetch), settleWait)
 	}},
 	10: {"Scale on RabbitMQ", func(c config) string {
