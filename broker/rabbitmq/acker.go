@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"slices"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -25,13 +26,17 @@ import (
 // settled; past settledCap of them the acker stops keeping count and
 // writes every ack alone for the rest of the channel's life.
 //
-// Its goroutine ends when the channel closes; Cancel flushes it first.
+// An ack returns once the acker has it; a requeue, which is rare, once it
+// is written: a delivery given back is in the queue for the next
+// consumer. Its goroutine ends when the channel closes; Cancel, and the
+// backend's Close, flush it first.
 type acker struct {
 	ch      *amqp.Channel
 	inbox   chan ackMsg
 	flushes chan chan struct{}
 	closed  <-chan *amqp.Error // the channel's close, told to the acker
 	ended   chan struct{}      // closed when its goroutine has returned
+	forget  func()             // takes it off its session's list, as it ends
 
 	// The goroutine's own:
 	oldest   uint64              // the oldest delivery tag not known to be settled
@@ -39,13 +44,15 @@ type acker struct {
 	counting bool                // oldest and settled are kept; false past settledCap
 	acks     []uint64            // this turn's
 	requeues []uint64            // this turn's
+	written  []chan struct{}     // this turn's requeues', closed once written
 }
 
 // ackMsg asks the acker to settle the delivery of tag: an ack, or a
-// requeue (basic.nack with requeue).
+// requeue (basic.nack with requeue), closing written once it is written.
 type ackMsg struct {
 	tag     uint64
 	requeue bool
+	written chan struct{}
 }
 
 // settledCap is how many deliveries settled alone, past one still
@@ -53,8 +60,9 @@ type ackMsg struct {
 const settledCap = 1 << 14
 
 // newAcker starts the acker of ch, with room in its inbox for inbox
-// messages (the channel's prefetch: no more can be unsettled).
-func newAcker(ch *amqp.Channel, inbox int) *acker {
+// messages (the channel's prefetch: no more can be unsettled), on the
+// session's list of ackers until it ends.
+func (s *session) newAcker(ch *amqp.Channel, inbox int) *acker {
 	a := &acker{
 		ch:       ch,
 		inbox:    make(chan ackMsg, max(inbox, 16)),
@@ -65,13 +73,39 @@ func newAcker(ch *amqp.Channel, inbox int) *acker {
 		settled:  map[uint64]struct{}{},
 		counting: true,
 	}
+	s.acksMu.Lock()
+	s.ackers[a] = struct{}{}
+	s.acksMu.Unlock()
+	a.forget = func() {
+		s.acksMu.Lock()
+		delete(s.ackers, a)
+		s.acksMu.Unlock()
+	}
 	go a.run()
 	return a
+}
+
+// flushAcks flushes every acker of the session, for up to socketDrain in
+// all: before the connection is closed from this side, so that what was
+// acked goes before it.
+func (s *session) flushAcks() {
+	s.acksMu.Lock()
+	ackers := make([]*acker, 0, len(s.ackers))
+	for a := range s.ackers {
+		ackers = append(ackers, a)
+	}
+	s.acksMu.Unlock()
+	timeout := time.NewTimer(socketDrain)
+	defer timeout.Stop()
+	for _, a := range ackers {
+		a.flushUntil(timeout.C)
+	}
 }
 
 // run takes messages until the channel closes: each turn, everything in
 // the inbox, then writes it.
 func (a *acker) run() {
+	defer a.forget()
 	defer close(a.ended)
 	for {
 		select {
@@ -89,16 +123,47 @@ func (a *acker) run() {
 	}
 }
 
-// settle asks for the delivery of tag to be acked or requeued. It returns
-// once the acker has the message, amqp.ErrClosed if the channel is closed
-// (the broker has the delivery back). A write that fails after it returned
-// fails with the channel, and the broker takes the delivery back as well.
-func (a *acker) settle(tag uint64, requeue bool) error {
+// ack asks for the delivery of tag to be acked. It returns once the
+// acker has the message, amqp.ErrClosed if the channel is closed (the
+// broker has the delivery back). An ack whose channel closes before it is
+// written (a hard stop, a lost connection) is lost with the channel, and
+// the broker takes the delivery back, as it does every unsettled one.
+func (a *acker) ack(tag uint64) error {
+	return a.send(ackMsg{tag: tag})
+}
+
+// requeue asks for the delivery of tag to be given back, and returns once
+// that is written, or amqp.ErrClosed if the channel closed first.
+func (a *acker) requeue(tag uint64) error {
+	written := make(chan struct{})
+	if err := a.send(ackMsg{tag: tag, requeue: true, written: written}); err != nil {
+		return err
+	}
+	select {
+	case <-written:
+		return nil
+	case <-a.ended:
+		select {
+		case <-written:
+			return nil
+		default:
+			return amqp.ErrClosed
+		}
+	}
+}
+
+// send hands m to the acker, unless its channel is closed.
+func (a *acker) send(m ackMsg) error {
 	if a.ch.IsClosed() {
 		return amqp.ErrClosed
 	}
 	select {
-	case a.inbox <- ackMsg{tag: tag, requeue: requeue}:
+	case <-a.ended:
+		return amqp.ErrClosed
+	default:
+	}
+	select {
+	case a.inbox <- m:
 		return nil
 	case <-a.ended:
 		return amqp.ErrClosed
@@ -107,21 +172,27 @@ func (a *acker) settle(tag uint64, requeue bool) error {
 
 // flush returns once what was asked of the acker before it is written (or
 // the channel has closed): before the channel is closed from this side.
-func (a *acker) flush() {
+func (a *acker) flush() { a.flushUntil(nil) }
+
+// flushUntil is flush, giving up when timeout fires.
+func (a *acker) flushUntil(timeout <-chan time.Time) {
 	done := make(chan struct{})
 	select {
 	case a.flushes <- done:
 		select {
 		case <-done:
 		case <-a.ended:
+		case <-timeout:
 		}
 	case <-a.ended:
+	case <-timeout:
 	}
 }
 
 func (a *acker) take(m ackMsg) {
 	if m.requeue {
 		a.requeues = append(a.requeues, m.tag)
+		a.written = append(a.written, m.written)
 	} else {
 		a.acks = append(a.acks, m.tag)
 	}
@@ -161,7 +232,11 @@ func (a *acker) write() {
 		_ = a.ch.Ack(tag, false)
 		a.settledAlone(tag)
 	}
-	a.acks, a.requeues = a.acks[:0], a.requeues[:0]
+	for _, w := range a.written {
+		close(w)
+	}
+	clear(a.written)
+	a.acks, a.requeues, a.written = a.acks[:0], a.requeues[:0], a.written[:0]
 }
 
 // fromOldest takes, of acks (in order), those that with the deliveries

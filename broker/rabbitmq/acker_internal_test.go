@@ -53,15 +53,7 @@ func TestAnAckersTurnsSettleFromTheOldestUnsettledDelivery(t *testing.T) {
 // and the deliveries that follow.
 func deliveredTags(t *testing.T, n int) (*amqp.Channel, <-chan amqp.Delivery) {
 	t.Helper()
-	conn, err := amqp.Dial(cmp.Or(os.Getenv("QUEUEY_AMQP_URL"), "amqp://guest:guest@127.0.0.1:5672/"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := RawChannel(t, cmp.Or(os.Getenv("QUEUEY_AMQP_URL"), "amqp://guest:guest@127.0.0.1:5672/"))
 	q, err := ch.QueueDeclare("queuey-test.acker."+rand.Text(), false, true, true, false, nil)
 	if err != nil {
 		t.Fatal(err)

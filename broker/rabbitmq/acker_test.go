@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/queuey-go/queuey/broker"
+	"github.com/queuey-go/queuey/broker/rabbitmq"
 	"github.com/queuey-go/queuey/broker/rabbitmq/rabbittest"
 )
 
@@ -23,21 +24,8 @@ func TestAcksTakenTogetherSettleNoDeliveryLeftOpen(t *testing.T) {
 	t.Parallel()
 	b := rabbittest.Dial(t, nil)
 	t.Cleanup(func() { _ = b.Close() })
-	q := unique("acks")
-	t.Cleanup(func() { rabbittest.DeleteQueues(t, q) })
-	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
-		t.Fatal(err)
-	}
 	const n = 40
-	for i := range n {
-		if err := b.Publish(t.Context(), broker.Message{Queue: q, ID: strconv.Itoa(i), Body: []byte("{}")}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c, err := b.Consume(t.Context(), q, n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q, c := consumeQueueOf(t, b, "acks", n)
 	ds := receive(t, c, n)
 	open, requeued := []string{"9", "24"}, "4"
 	var wg sync.WaitGroup
@@ -87,6 +75,28 @@ func TestAcksTakenTogetherSettleNoDeliveryLeftOpen(t *testing.T) {
 	}
 }
 
+// consumeQueueOf declares a queue named after name, deleted when the test
+// ends, publishes n messages to it with ids 0 to n-1, and consumes it
+// with a prefetch of n.
+func consumeQueueOf(t *testing.T, b *rabbitmq.Backend, name string, n int) (string, broker.Consumer) {
+	t.Helper()
+	q := unique(name)
+	t.Cleanup(func() { rabbittest.DeleteQueues(t, q) })
+	if err := b.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := b.Publish(t.Context(), broker.Message{Queue: q, ID: strconv.Itoa(i), Body: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := b.Consume(t.Context(), q, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q, c
+}
+
 // receive takes n deliveries from c, failing the test if they are not
 // there within 10 s.
 func receive(t *testing.T, c broker.Consumer, n int) []broker.Delivery {
@@ -105,4 +115,35 @@ func receive(t *testing.T, c broker.Consumer, n int) []broker.Delivery {
 		}
 	}
 	return ds
+}
+
+// Acks handed to the acker go before the backend's Close closes the
+// connection: 400 deliveries acked at once, then Close at once, and none
+// is in the queue again.
+func TestAcksGoBeforeTheBackendCloses(t *testing.T) {
+	t.Parallel()
+	b := rabbittest.Dial(t, nil)
+	const n = 400
+	q, c := consumeQueueOf(t, b, "acks-close", n)
+	var wg sync.WaitGroup
+	for _, d := range receive(t, c, n) {
+		wg.Go(func() {
+			if err := d.Ack(t.Context()); err != nil {
+				t.Errorf("ack %s: %v", d.Message().ID, err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	other := rabbittest.Dial(t, nil)
+	t.Cleanup(func() { _ = other.Close() })
+	if err := other.Declare(t.Context(), broker.QueueSpec{Name: q, MaxPriority: 10, Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	if depth, err := other.Depth(t.Context(), q); err != nil || depth != 0 {
+		t.Fatalf("%d of %d acked deliveries back in the queue after Close (%v): their acks were dropped", depth, n, err)
+	}
 }

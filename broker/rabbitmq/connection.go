@@ -231,6 +231,9 @@ type session struct {
 	closeMu       sync.Mutex
 	backendClosed bool // closed because the backend is, not because the connection was lost
 
+	acksMu sync.Mutex
+	ackers map[*acker]struct{} // of the consume channels open (acker.go)
+
 	blockMu   sync.Mutex
 	blockedBy string        // the broker's reason while it blocks publishes
 	unblocked chan struct{} // closed when the block lifts
@@ -281,6 +284,7 @@ func newSession(conn *connection, pubs int, log *slog.Logger) *session {
 		opening: make(chan struct{}, 1), declSem: make(chan struct{}, 1),
 		consumerSlots: make(chan struct{}, consumerChannels(channelMax, 0)),
 		unblocked:     closedChan(), gone: make(chan struct{}),
+		ackers: map[*acker]struct{}{},
 	}
 }
 

@@ -170,6 +170,7 @@ func (r *connRun) receive(_ context.Context, m connMsg) error {
 func (r *connRun) end() {
 	r.inbox.Stop()
 	if !r.conn.IsClosed() {
+		r.s.flushAcks() // what was acked goes before the close
 		// A connection the broker blocks (a resource alarm) is not read:
 		// the broker's answer to the close would come when the alarm
 		// clears. Closing the connection shuts its channels down too.

@@ -70,7 +70,7 @@ func (s *session) consumeAll(ctx context.Context, slot *channelSlot, queues []st
 		if err != nil {
 			return err
 		}
-		on = consumeChannel{ch: ch, slot: slot, consumers: len(queues), acks: newAcker(ch, sum(prefetches))}
+		on = consumeChannel{ch: ch, slot: slot, consumers: len(queues), acks: s.newAcker(ch, sum(prefetches))}
 		for i, queue := range queues {
 			var c *consumer
 			if c, err = s.startConsumer(on, queue, prefetches[i], exclusive); err != nil {
@@ -317,14 +317,14 @@ func (d *delivery) Ack(context.Context) error {
 	if !d.settled.CompareAndSwap(false, true) {
 		return broker.ErrAlreadySettled
 	}
-	return d.settleErr(d.c.acks.settle(d.d.DeliveryTag, false))
+	return d.settleErr(d.c.acks.ack(d.d.DeliveryTag))
 }
 
 func (d *delivery) Requeue(context.Context) error {
 	if !d.settled.CompareAndSwap(false, true) {
 		return broker.ErrAlreadySettled
 	}
-	return d.settleErr(d.c.acks.settle(d.d.DeliveryTag, true))
+	return d.settleErr(d.c.acks.requeue(d.d.DeliveryTag))
 }
 
 // settleErr: the delivery's own channel is closed, so the broker has taken

@@ -1,6 +1,7 @@
 package rabbitmq
 
 import (
+	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -58,4 +59,20 @@ func PoolChannelsClosed(b *Backend) int {
 		p.mu.Unlock()
 	}
 	return closed
+}
+
+// RawChannel is a channel of a plain amqp091 connection to url, as another
+// program would have; the connection is closed when the test ends.
+func RawChannel(t testing.TB, url string) *amqp.Channel {
+	t.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
 }

@@ -141,16 +141,7 @@ var rabbitmqOptionsFewChannels = rabbitmq.Options{PublishChannels: 2}
 // own, as another program would have; it is closed when the test ends.
 func rawChannel(t *testing.T) *amqp.Channel {
 	t.Helper()
-	conn, err := amqp.Dial(rabbittest.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ch
+	return rabbitmq.RawChannel(t, rabbittest.URL())
 }
 
 // declareAndHold makes a hold as the transport is asked to: its hold is
