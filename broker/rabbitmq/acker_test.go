@@ -123,6 +123,7 @@ func receive(t *testing.T, c broker.Consumer, n int) []broker.Delivery {
 func TestAcksGoBeforeTheBackendCloses(t *testing.T) {
 	t.Parallel()
 	b := rabbittest.Dial(t, nil)
+	t.Cleanup(func() { _ = b.Close() }) // should the test end before its Close
 	const n = 400
 	q, c := consumeQueueOf(t, b, "acks-close", n)
 	var wg sync.WaitGroup
