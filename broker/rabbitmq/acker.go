@@ -43,8 +43,7 @@ type acker struct {
 	settled  map[uint64]struct{} // tags above oldest settled alone
 	counting bool                // oldest and settled are kept; false past settledCap
 	acks     []uint64            // this turn's
-	requeues []uint64            // this turn's
-	written  []chan struct{}     // this turn's requeues', closed once written
+	requeues []ackMsg            // this turn's
 }
 
 // ackMsg asks the acker to settle the delivery of tag: an ack, or a
@@ -95,6 +94,9 @@ func (s *session) flushAcks() {
 		ackers = append(ackers, a)
 	}
 	s.acksMu.Unlock()
+	if len(ackers) == 0 { // a publishing connection's
+		return
+	}
 	timeout := time.NewTimer(socketDrain)
 	defer timeout.Stop()
 	for _, a := range ackers {
@@ -191,8 +193,7 @@ func (a *acker) flushUntil(timeout <-chan time.Time) {
 
 func (a *acker) take(m ackMsg) {
 	if m.requeue {
-		a.requeues = append(a.requeues, m.tag)
-		a.written = append(a.written, m.written)
+		a.requeues = append(a.requeues, m)
 	} else {
 		a.acks = append(a.acks, m.tag)
 	}
@@ -216,9 +217,9 @@ func (a *acker) takeQueued() {
 // answers by taking back every delivery still unsettled, so it is not
 // reported: the acker's goroutine ends with the close that follows.
 func (a *acker) write() {
-	for _, tag := range a.requeues {
-		_ = a.ch.Nack(tag, false, true)
-		a.settledAlone(tag)
+	for _, m := range a.requeues {
+		_ = a.ch.Nack(m.tag, false, true)
+		a.settledAlone(m.tag)
 	}
 	slices.Sort(a.acks)
 	alone := a.acks
@@ -232,11 +233,11 @@ func (a *acker) write() {
 		_ = a.ch.Ack(tag, false)
 		a.settledAlone(tag)
 	}
-	for _, w := range a.written {
-		close(w)
+	for _, m := range a.requeues {
+		close(m.written)
 	}
-	clear(a.written)
-	a.acks, a.requeues, a.written = a.acks[:0], a.requeues[:0], a.written[:0]
+	clear(a.requeues)
+	a.acks, a.requeues = a.acks[:0], a.requeues[:0]
 }
 
 // fromOldest takes, of acks (in order), those that with the deliveries

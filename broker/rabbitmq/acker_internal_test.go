@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/rand"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -23,8 +24,19 @@ func TestAnAckersTurnsSettleFromTheOldestUnsettledDelivery(t *testing.T) {
 	a := &acker{ch: ch, oldest: 1, settled: map[uint64]struct{}{}, counting: true}
 	turn := func(acks []uint64, requeues []uint64, oldest uint64, alone int) {
 		t.Helper()
-		a.acks, a.requeues = acks, requeues
+		a.acks = acks
+		for _, tag := range requeues {
+			a.take(ackMsg{tag: tag, requeue: true, written: make(chan struct{})})
+		}
+		written := slices.Clone(a.requeues)
 		a.write()
+		for _, m := range written {
+			select {
+			case <-m.written:
+			default:
+				t.Fatalf("the requeue of %d written, but its caller not told", m.tag)
+			}
+		}
 		if a.oldest != oldest || len(a.settled) != alone {
 			t.Fatalf("after acks %v and requeues %v: oldest %d and %d settled alone, want %d and %d",
 				acks, requeues, a.oldest, len(a.settled), oldest, alone)
